@@ -1,0 +1,61 @@
+"""A deterministic text tokenizer shared by the simulator and the gateway.
+
+It is not a real BPE tokenizer: it splits text into words and punctuation marks and maps
+each piece to a stable 31-bit id. What matters for routing is that it is deterministic and
+roughly proportional to real token counts, so identical prompt prefixes give identical token
+prefixes (and therefore real prefix-cache hits in the simulator) and the gateway's token
+counts match the pod's.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+
+_PIECE = re.compile(r"\w+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[int]:
+    """Token ids of ``text`` (stable across processes and machines)."""
+    return [zlib.crc32(p.encode()) & 0x7FFFFFFF for p in _PIECE.findall(text)]
+
+
+def count_tokens(text: str) -> int:
+    return sum(1 for _ in _PIECE.finditer(text))
+
+
+def block_hashes(tokens: Sequence[int], block_size: int, extra_key: int = 0) -> list[int]:
+    """Chained hashes of the full ``block_size``-token blocks of ``tokens``.
+
+    Each block's hash covers its parent's hash, its own tokens and ``extra_key`` (e.g. a
+    LoRA adapter id), so equal hashes mean equal prefixes. A trailing partial block is not
+    hashed (only full blocks can be cached). Python's tuple-of-int hash is not salted, so
+    the values are stable across processes.
+    """
+    out: list[int] = []
+    parent = extra_key
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash((parent, tuple(tokens[start : start + block_size])))
+        out.append(parent)
+    return out
+
+
+_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at "
+    "which but have an they you were her she there been one all we their has would when if "
+    "so no will more can other its some what time about up out them into could then two"
+).split()
+
+
+def synth_text(n_tokens: int, seed: int) -> str:
+    """Deterministic filler text of exactly ``n_tokens`` tokens (used for generated output
+    and synthesised trace prompts)."""
+    if n_tokens <= 0:
+        return ""
+    words = []
+    x = (seed * 2654435761 + 12345) & 0xFFFFFFFF
+    for _ in range(n_tokens):
+        x = (1103515245 * x + 12345) & 0x7FFFFFFF
+        words.append(_WORDS[(x >> 8) % len(_WORDS)])
+    return " ".join(words)
