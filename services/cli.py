@@ -1,0 +1,55 @@
+"""The `headroom` command: `headroom up` runs the dev stack; `headroom <service>` runs one
+service (configured by environment variables, see README)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SERVICES = ("gateway", "predictor", "trainer", "collector", "simulator")
+
+
+def _up(args: argparse.Namespace) -> int:
+    from services.launcher import StackConfig, run_foreground
+    from shared.settings import CommonSettings
+
+    common = CommonSettings()
+    config = StackConfig(
+        nats_url=common.nats_url,
+        redis_url=common.redis_url,
+        namespace=common.namespace,
+        pool=common.pool,
+        log_level=common.log_level,
+        host=args.host,
+        gateway_port=args.port,
+        pods=args.pods,
+        predictors=args.predictors,
+        profile=args.profile,
+    )
+    return run_foreground(config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SERVICES:
+        module = importlib.import_module(f"services.{argv[0]}.main")
+        module.main(argv[1:])
+        return
+    parser = argparse.ArgumentParser(prog="headroom", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="run the whole dev stack as local processes")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8080, help="gateway port")
+    up.add_argument("--pods", type=int, default=4, help="simulated pods")
+    up.add_argument("--predictors", type=int, default=2, help="predictor replicas")
+    up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    up.set_defaults(func=_up)
+    for name in SERVICES:
+        sub.add_parser(name, help=f"run the {name} service (settings from HEADROOM_* env)")
+    args = parser.parse_args(argv)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()
