@@ -30,6 +30,23 @@ def _up(args: argparse.Namespace) -> int:
     return run_foreground(config)
 
 
+def _health(args: argparse.Namespace) -> int:
+    """Exit 0 only if every URL answers 200 (container healthchecks; no curl in slim images)."""
+    import urllib.error
+    import urllib.request
+
+    for url in args.urls:
+        try:
+            with urllib.request.urlopen(url, timeout=args.timeout) as r:
+                if r.status != 200:
+                    print(f"{url}: HTTP {r.status}", file=sys.stderr)
+                    return 1
+        except (urllib.error.URLError, OSError) as e:
+            print(f"{url}: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SERVICES:
@@ -45,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--predictors", type=int, default=2, help="predictor replicas")
     up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
     up.set_defaults(func=_up)
+    health = sub.add_parser("health", help="exit 0 if every URL answers HTTP 200")
+    health.add_argument("urls", nargs="+")
+    health.add_argument("--timeout", type=float, default=2.0)
+    health.set_defaults(func=_health)
     for name in SERVICES:
         sub.add_parser(name, help=f"run the {name} service (settings from HEADROOM_* env)")
     args = parser.parse_args(argv)
