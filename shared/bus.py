@@ -22,13 +22,16 @@ async def connect_nats(url: str, name: str, *, connect_timeout: float = 2.0) -> 
     async def _error(e: Exception) -> None:
         log.warning("nats error (%s): %s", name, e)
 
+    nc: NATS
+
     async def _disconnected() -> None:
-        log.warning("nats disconnected (%s)", name)
+        closing = nc.is_closed or nc.is_draining
+        log.log(logging.INFO if closing else logging.WARNING, "nats disconnected (%s)", name)
 
     async def _reconnected() -> None:
         log.info("nats reconnected (%s)", name)
 
-    return await nats.connect(
+    nc = await nats.connect(
         url,
         name=name,
         connect_timeout=connect_timeout,
@@ -38,6 +41,7 @@ async def connect_nats(url: str, name: str, *, connect_timeout: float = 2.0) -> 
         disconnected_cb=_disconnected,
         reconnected_cb=_reconnected,
     )
+    return nc
 
 
 async def ensure_samples_stream(

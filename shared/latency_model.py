@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xgboost as xgb
 
-from shared.features import FEATURE_SCHEMA_VERSION, TPOT_COLUMNS, TTFT_COLUMNS
+from shared.features import FEATURE_SCHEMA_VERSION, FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
 from shared.schemas import ModelMeta, SchemaError
 
 TARGET_COLUMNS: dict[str, tuple[int, ...]] = {"ttft": TTFT_COLUMNS, "tpot": TPOT_COLUMNS}
@@ -86,6 +86,25 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _check_target_meta(version: str, name: str, info: object) -> None:
+    """Metadata of one target must name a known target, UBJ format, a checksum and columns
+    that index the feature row; anything else is a SchemaError("bad_meta")."""
+    ok = (
+        name in TARGET_COLUMNS
+        and isinstance(info, dict)
+        and info.get("format", "ubj") == "ubj"
+        and isinstance(info.get("sha256"), str)
+        and isinstance(info.get("columns"), list)
+        and len(info["columns"]) > 0
+        and all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < len(FEATURES)
+            for c in info["columns"]
+        )
+    )
+    if not ok:
+        raise SchemaError(f"model {version}: bad metadata for target {name!r}", "bad_meta")
+
+
 @dataclass
 class LatencyModel:
     """A loaded model version: one booster per target."""
@@ -114,7 +133,10 @@ class LatencyModel:
             )
         boosters: dict[str, xgb.Booster] = {}
         columns: dict[str, tuple[int, ...]] = {}
+        if not meta.targets:
+            raise SchemaError(f"model {meta.version}: no targets", "bad_meta")
         for name, info in meta.targets.items():
+            _check_target_meta(meta.version, name, info)
             data = blobs.get(name)
             if data is None:
                 raise SchemaError(f"model {meta.version}: blob {name!r} missing", "missing_blob")
@@ -124,5 +146,5 @@ class LatencyModel:
                 boosters[name] = booster_from_bytes(data)
             except xgb.core.XGBoostError as e:
                 raise SchemaError(f"model {meta.version}: {name}: {e}", "corrupt") from e
-            columns[name] = tuple(info.get("columns", TARGET_COLUMNS[name]))
+            columns[name] = tuple(info["columns"])
         return cls(version=meta.version, boosters=boosters, meta=meta, columns=columns)

@@ -56,3 +56,28 @@ async def test_publish_load_and_retention(isolated):
         assert e.value.reason == "checksum"
     finally:
         await r.aclose()
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        {},
+        {"ttft": "not-a-dict"},
+        {"latency": {"sha256": "x", "columns": [0], "format": "ubj"}},
+        {"ttft": {"sha256": "x", "columns": [0, 99], "format": "ubj"}},
+        {"ttft": {"sha256": "x", "columns": [0], "format": "pickle"}},
+        {"ttft": {"sha256": "x"}},
+    ],
+)
+async def test_bad_metadata_is_refused(isolated, targets):
+    names = isolated["names"]
+    r = connect_redis(isolated["redis_url"])
+    try:
+        meta = ModelMeta(version="v9", created_at=1.0, samples=1,
+                         feature_schema=FEATURE_SCHEMA_VERSION, targets=targets)  # fmt: skip
+        await r.hset(names.model_blob("v9"), mapping={"meta": meta.encode(), "ttft": b"x"})
+        with pytest.raises(SchemaError) as e:
+            await load_version(r, names, "v9")
+        assert e.value.reason == "bad_meta"
+    finally:
+        await r.aclose()

@@ -1,0 +1,3 @@
+from services.predictor.main import main
+
+main()

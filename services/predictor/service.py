@@ -1,0 +1,191 @@
+"""The predictor's asyncio shell: NATS queue-group service + model loading from Redis.
+
+A model version is loaded at start (the current one in Redis), when announced on
+``names.model_announce``, and whenever the periodic check finds ``current`` moved (an
+announcement can be missed). A version that fails its checksum or schema is refused and
+remembered; the last good model keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections import OrderedDict
+
+from aiohttp import web
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from services.predictor.core import ModelSlot, PredictHandler, check_servable
+from services.predictor.metrics import PredictorMetrics
+from services.predictor.settings import PredictorSettings
+from shared.admin import start_admin_server
+from shared.bus import connect_nats, connect_redis
+from shared.model_store import current_version, load_version
+from shared.schemas import ModelAnnouncement, SchemaError
+from shared.subjects import Names
+
+log = logging.getLogger(__name__)
+
+_SEQ = re.compile(r"^v(\d+)$")
+_MAX_REFUSED = 64
+
+
+def version_seq(version: str | None) -> int | None:
+    """The sequence number of a ``vN`` version id (None for anything else)."""
+    m = _SEQ.match(version or "")
+    return int(m.group(1)) if m else None
+
+
+class PredictorService:
+    def __init__(
+        self, settings: PredictorSettings, *, metrics: PredictorMetrics | None = None
+    ) -> None:
+        self.settings = settings
+        self.names = Names(settings.namespace)
+        self.metrics = metrics or PredictorMetrics()
+        self.slot = ModelSlot()
+        self.handler = PredictHandler(
+            self.slot,
+            self.metrics,
+            settings.replica_id,
+            inline_max_rows=settings.inline_max_rows,
+        )
+        self.refused: OrderedDict[str, str] = OrderedDict()  # version -> reason
+        self._load_lock = asyncio.Lock()
+        self._nc: NATS | None = None
+        self._redis = None
+        self._subs: list = []
+        self._admin: web.AppRunner | None = None
+        self._task: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        self._redis = connect_redis(s.redis_url)
+        self._nc = await connect_nats(s.nats_url, f"headroom-predictor-{s.replica_id}")
+        self._subs.append(await self._nc.subscribe(self.names.model_announce, cb=self._on_announce))
+        await self.check_current()
+        self._subs.append(
+            await self._nc.subscribe(
+                self.names.predict, queue=self.names.predict_queue, cb=self._on_predict
+            )
+        )
+        await self._nc.flush(timeout=2.0)
+        self._admin = await start_admin_server(
+            s.admin_host, s.admin_port, self.metrics.registry, self.health
+        )
+        self._task = asyncio.create_task(self._reload_loop(), name="predictor-reload")
+        log.info(
+            "predictor %s started (namespace %s, model %s, admin port %s)",
+            s.replica_id,
+            s.namespace,
+            self.slot.version,
+            self.admin_port,
+        )
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.drain()  # answers requests already received, then closes
+        if self._admin is not None:
+            await self._admin.cleanup()
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    @property
+    def admin_port(self) -> int | None:
+        if self._admin is None or not self._admin.addresses:
+            return None
+        return self._admin.addresses[0][1]
+
+    def health(self) -> dict:
+        return {
+            "ready": bool(self._nc and self._nc.is_connected),
+            "model_version": self.slot.version,
+            "replica": self.settings.replica_id,
+        }
+
+    # --- NATS callbacks -----------------------------------------------------------------
+    async def _on_predict(self, msg: Msg) -> None:
+        data = await self.handler.handle(msg.data)
+        if msg.reply:
+            try:
+                await msg.respond(data)
+            except Exception as e:
+                log.warning("could not send predict reply: %s", e)
+
+    async def _on_announce(self, msg: Msg) -> None:
+        try:
+            ann = ModelAnnouncement.decode(msg.data)
+        except SchemaError as e:
+            log.warning("ignoring malformed model announcement: %s", e)
+            return
+        current, announced = version_seq(self.slot.version), version_seq(ann.version)
+        if current is not None and announced is not None and announced < current:
+            log.info("ignoring announcement of older version %s", ann.version)
+            return
+        await self.load(ann.version, source="announce")
+
+    # --- model loading ------------------------------------------------------------------
+    async def _reload_loop(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.reload_interval_s)
+            if self._stopping.is_set():
+                return
+            await self.check_current()
+
+    async def check_current(self) -> None:
+        """Load Redis's current version if it differs from the served one."""
+        try:
+            version = await current_version(self._redis, self.names)
+        except Exception as e:
+            log.warning("could not read the current model version: %s", e)
+            return
+        if version is not None and version != self.slot.version:
+            await self.load(version, source="poll")
+
+    async def load(self, version: str, *, source: str) -> bool:
+        """Load and install ``version``; False if it was refused or could not be read."""
+        async with self._load_lock:
+            if version == self.slot.version or version in self.refused:
+                return version == self.slot.version
+            try:
+                model = await load_version(self._redis, self.names, version)
+                check_servable(model)
+            except SchemaError as e:
+                self.refused[version] = e.reason
+                while len(self.refused) > _MAX_REFUSED:
+                    self.refused.popitem(last=False)
+                self.metrics.model_loads.labels(result="refused").inc()
+                log.error(
+                    "refused model %s (%s: %s); keeping %s",
+                    version,
+                    e.reason,
+                    e,
+                    self.slot.version,
+                )
+                return False
+            except Exception as e:  # Redis unavailable etc.: retried by the next check
+                self.metrics.model_loads.labels(result="error").inc()
+                log.warning("could not load model %s: %s", version, e)
+                return False
+            old = self.slot.swap(model)
+            self.metrics.model_loads.labels(result="ok").inc()
+            self.metrics.set_version(version)
+            log.info(
+                "serving model %s (was %s, via %s)",
+                version,
+                old.version if old else None,
+                source,
+            )
+            return True

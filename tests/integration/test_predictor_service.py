@@ -1,0 +1,183 @@
+"""Predictors against real NATS and Redis: queue group, hot reload, refusing bad versions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from services.predictor.service import PredictorService
+from services.predictor.settings import PredictorSettings
+from services.trainer.fitting import build_meta, fit_targets
+from services.trainer.service import TrainerService
+from shared.bus import connect_nats, connect_redis, ensure_samples_stream
+from shared.features import FEATURES
+from shared.model_store import next_version, publish_version
+from shared.schemas import ModelAnnouncement, PredictReply, PredictRequest
+from shared.subjects import Names
+from tests.integration.test_trainer_service import (
+    eventually,
+    make_samples,
+    metric,
+    publish_samples,
+    trainer_settings,
+)
+from tests.unit.test_trainer_fitting import synthetic_window
+
+ROWS = synthetic_window(20, seed=11).rows().tolist()
+
+
+def predictor_settings(isolated: dict, replica: str, **overrides) -> PredictorSettings:
+    base = dict(
+        nats_url=isolated["nats_url"],
+        redis_url=isolated["redis_url"],
+        namespace=isolated["namespace"],
+        admin_port=0,
+        replica_id=replica,
+        reload_interval_s=0.2,
+    )
+    return PredictorSettings(**{**base, **overrides})
+
+
+async def predict(nc, names: Names, rows=ROWS) -> PredictReply:
+    msg = await nc.request(names.predict, PredictRequest(rows=rows).encode(), timeout=5.0)
+    return PredictReply.decode(msg.data)
+
+
+async def publish_model(r, nc, names: Names, *, corrupt: bool = False, announce: bool = True):
+    """Fit a tiny model in the test and publish it as the next version."""
+    window = synthetic_window(40)
+    version = await next_version(r, names)
+    meta, blobs = build_meta(version, 1.0, 40, fit_targets(window.target_arrays(), rounds=5))
+    if corrupt:
+        blobs["ttft"] = blobs["ttft"][:-1] + b"\x00"  # checksum no longer matches
+    await publish_version(r, names, meta, blobs)
+    if announce:
+        await nc.publish(names.model_announce, ModelAnnouncement(version, 1.0).encode())
+        await nc.flush()
+    return version
+
+
+async def test_two_replicas_not_ready_then_serve_the_trainers_model(isolated):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    js = nc.jetstream()
+    await ensure_samples_stream(js, names)
+    predictors = [
+        PredictorService(predictor_settings(isolated, f"rep-{i}", reload_interval_s=30.0))
+        for i in range(2)
+    ]
+    for p in predictors:
+        await p.start()
+    trainer = TrainerService(trainer_settings(isolated))
+    try:
+        reply = await predict(nc, names)
+        assert reply.status == "not_ready" and reply.model_version is None
+
+        await trainer.start()
+        await publish_samples(js, names, make_samples(50))
+        # Announced, so loaded without waiting for the (long) periodic check or a restart.
+        await eventually(lambda: all(p.slot.version == "v1" for p in predictors))
+
+        replicas = set()
+        for _ in range(40):
+            reply = await predict(nc, names)
+            assert reply.status == "ok", reply.error
+            assert reply.model_version == "v1"
+            assert len(reply.ttft_ms) == len(reply.tpot_ms) == len(ROWS)
+            replicas.add(reply.replica)
+        assert replicas == {"rep-0", "rep-1"}  # the queue group shares the load
+
+        for p in predictors:
+            assert metric(p, "headroom_predictor_model_loads_total", result="ok") == 1
+            assert metric(p, "headroom_predictor_model_info", version="v1") == 1
+        total_ok = sum(
+            metric(p, "headroom_predictor_requests_total", status="ok") for p in predictors
+        )
+        assert total_ok == 40
+        rows = sum(metric(p, "headroom_predictor_rows_total") for p in predictors)
+        assert rows == 40 * len(ROWS)
+    finally:
+        await trainer.stop()
+        for p in predictors:
+            await p.stop()
+        await nc.close()
+
+
+async def test_missed_announcement_bad_checksum_and_bad_requests(isolated):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
+    p = PredictorService(predictor_settings(isolated, "solo"))
+    await p.start()
+    try:
+        # Published without an announcement: the periodic check finds it.
+        v1 = await publish_model(r, nc, names, announce=False)
+        await eventually(lambda: p.slot.version == v1)
+
+        # A version whose blob fails its checksum is refused; v1 keeps serving.
+        v2 = await publish_model(r, nc, names, corrupt=True)
+        await eventually(
+            lambda: metric(p, "headroom_predictor_model_loads_total", result="refused") >= 1
+        )
+        assert p.refused == {v2: "checksum"}
+        reply = await predict(nc, names)
+        assert reply.status == "ok" and reply.model_version == v1
+        # Refused once, not retried on every periodic check (current still points at v2).
+        await p.check_current()
+        assert metric(p, "headroom_predictor_model_loads_total", result="refused") == 1
+
+        # Malformed requests get an error reply, counted by reason; the service keeps going.
+        msg = await nc.request(names.predict, b"{", timeout=5.0)
+        bad = PredictReply.decode(msg.data)
+        assert bad.status == "error" and bad.replica == "solo"
+        msg = await nc.request(names.predict, b'{"v":1,"rows":[[1,2]]}', timeout=5.0)
+        assert PredictReply.decode(msg.data).status == "error"
+        assert metric(p, "headroom_predictor_request_errors_total", reason="not_json") == 1
+        assert metric(p, "headroom_predictor_request_errors_total", reason="bad_row") == 1
+
+        # An announcement of an older version than the served one is ignored.
+        v3 = await publish_model(r, nc, names)
+        await eventually(lambda: p.slot.version == v3)
+        await nc.publish(names.model_announce, ModelAnnouncement(v1, 1.0).encode())
+        await nc.publish(names.model_announce, b"garbage")
+        await nc.flush()
+        loads = metric(p, "headroom_predictor_model_loads_total", result="ok")
+        await asyncio.sleep(0.3)  # give a wrong reload the chance to happen
+        assert metric(p, "headroom_predictor_model_loads_total", result="ok") == loads
+        reply = await predict(nc, names, rows=[[0.0] * len(FEATURES)])
+        assert reply.status == "ok" and reply.model_version == v3
+
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{p.admin_port}"
+            async with http.get(f"{base}/health") as resp:
+                assert resp.status == 200
+                assert await resp.json() == {"ready": True, "model_version": v3, "replica": "solo"}
+            async with http.get(f"{base}/metrics") as resp:
+                text = await resp.text()
+                assert f'headroom_predictor_model_info{{version="{v3}"}} 1.0' in text
+                assert 'headroom_predictor_model_loads_total{result="refused"} 1.0' in text
+                assert "headroom_predictor_predict_seconds_bucket" in text
+    finally:
+        await p.stop()
+        await nc.close()
+        await r.aclose()
+
+
+async def test_loads_the_current_version_at_start(isolated):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
+    try:
+        v1 = await publish_model(r, nc, names, announce=False)
+        p = PredictorService(predictor_settings(isolated, "late", reload_interval_s=30.0))
+        await p.start()
+        try:
+            assert p.slot.version == v1  # before the first request, no waiting
+            reply = await predict(nc, names)
+            assert reply.status == "ok" and reply.model_version == v1
+        finally:
+            await p.stop()
+    finally:
+        await nc.close()
+        await r.aclose()
