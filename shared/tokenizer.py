@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
@@ -25,6 +25,21 @@ def count_tokens(text: str) -> int:
     return sum(1 for _ in _PIECE.finditer(text))
 
 
+def render_chat(messages: Sequence[Mapping[str, str]]) -> str:
+    """The deterministic chat template shared by the simulator and the gateway: one
+    ``<|role|> content`` line per message (content already flattened to text), then the
+    assistant's generation prompt. Both sides must render identically so the gateway's token
+    counts and prefix blocks match the pod's prefix cache."""
+    lines = [f"<|{m['role']}|> {m['content']}" for m in messages]
+    lines.append("<|assistant|>")
+    return "\n".join(lines)
+
+
+def chain_hash(parent: int, block_tokens: Sequence[int]) -> int:
+    """Hash of one block given its parent's hash (the chain link of ``block_hashes``)."""
+    return hash((parent, tuple(block_tokens)))
+
+
 def block_hashes(tokens: Sequence[int], block_size: int, extra_key: int = 0) -> list[int]:
     """Chained hashes of the full ``block_size``-token blocks of ``tokens``.
 
@@ -36,7 +51,7 @@ def block_hashes(tokens: Sequence[int], block_size: int, extra_key: int = 0) -> 
     out: list[int] = []
     parent = extra_key
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tuple(tokens[start : start + block_size])))
+        parent = chain_hash(parent, tokens[start : start + block_size])
         out.append(parent)
     return out
 

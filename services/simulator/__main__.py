@@ -1,0 +1,3 @@
+from services.simulator.main import main
+
+main()

@@ -1,0 +1,390 @@
+"""Engine model of a vLLM V1 model server (pure step function, no clock, no I/O).
+
+The caller owns time. It submits requests with the current time, then repeatedly calls
+``step(now)``; each call plans and "executes" one engine iteration and returns how long the
+iteration takes (``duration_s``) and the tokens it produced, which happen at
+``now + duration_s``. The HTTP pod server drives it in real time, the routing lab in
+virtual time, the unit tests directly.
+
+Scheduling follows vLLM V1: running requests first (one decode token each, or the next
+chunk of their prompt), then FCFS admission of waiting requests while ``max_num_seqs``,
+the per-step token budget and free KV blocks allow. When a running request needs a block
+and none is free, the newest running request is preempted (its blocks freed, recomputed
+later); no new request is admitted in a step that preempted.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from services.simulator.kv_cache import BlockPool
+from services.simulator.profiles import Profile
+from shared.tokenizer import block_hashes, chain_hash
+
+_MIN_IDLE_S = 1e-4
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One output token of one request, produced at the end of the step."""
+
+    req_id: str
+    index: int  # 0-based index of the output token
+    finished: bool  # this was the request's last token
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    duration_s: float
+    events: list[TokenEvent] = field(default_factory=list)
+    ttft_s: list[float] = field(default_factory=list)  # observations made in this step
+    itl_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    batch_size: int = 0
+    preempted: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.batch_size == 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    waiting: int
+    running: int
+    kv_usage: float
+    num_gpu_blocks: int
+    block_size: int
+    prefix_cache_queries: int  # tokens
+    prefix_cache_hits: int  # tokens
+    prompt_tokens: int
+    generation_tokens: int
+    preemptions: int
+    request_success: int
+    request_aborted: int
+    steps: int
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    req_id: str
+    prompt: list[int]
+    output: list[int]
+    max_tokens: int
+    extra_key: int
+    arrival: float
+    ready_at: float
+    hashes: list[int]  # chained hashes of full blocks of prompt + generated tokens
+    generated: int = 0
+    num_computed: int = 0
+    num_cached_blocks: int = 0
+    blocks: list[int] = field(default_factory=list)
+    last_token_at: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self.prompt) + self.generated
+
+    def block_tokens(self, k: int, bs: int) -> list[int]:
+        start, end = k * bs, (k + 1) * bs
+        n_prompt = len(self.prompt)
+        if end <= n_prompt:
+            return self.prompt[start:end]
+        if start >= n_prompt:
+            return self.output[start - n_prompt : end - n_prompt]
+        return self.prompt[start:] + self.output[: end - n_prompt]
+
+    def hashes_upto(self, n_blocks: int, bs: int) -> list[int]:
+        """Chained hashes of the first ``n_blocks`` full blocks (extended lazily)."""
+        while len(self.hashes) < n_blocks:
+            k = len(self.hashes)
+            parent = self.hashes[-1] if self.hashes else self.extra_key
+            # one block chained onto its parent = shared.tokenizer's chaining rule
+            self.hashes.append(chain_hash(parent, self.block_tokens(k, bs)))
+        return self.hashes[:n_blocks]
+
+
+def _synth_output(prompt_hashes: Sequence[int], n_prompt: int, n: int) -> list[int]:
+    seed = prompt_hashes[-1] if prompt_hashes else n_prompt
+    return [hash((seed, n_prompt, i)) & 0x7FFFFFFF for i in range(n)]
+
+
+class Engine:
+    """A simulated vLLM V1 engine; see the module docstring."""
+
+    def __init__(self, profile: Profile, seed: int = 0) -> None:
+        self.profile = profile
+        self.pool = BlockPool(profile.num_gpu_blocks)
+        self._rng = random.Random(seed)
+        self._reqs: dict[str, _Request] = {}
+        self._waiting: deque[_Request] = deque()
+        self._running: list[_Request] = []
+        self._queries = self._hits = self._prompt_tokens = self._gen_tokens = 0
+        self._preemptions = self._success = self._aborted = self._steps = 0
+
+    # ---- requests -------------------------------------------------------------------
+
+    @property
+    def max_request_tokens(self) -> int:
+        p = self.profile
+        return min(p.max_model_len, p.kv_capacity_tokens)
+
+    def submit(
+        self,
+        req_id: str,
+        prompt_tokens: Sequence[int],
+        max_tokens: int,
+        now: float,
+        extra_key: int = 0,
+        output_tokens: Sequence[int] | None = None,
+    ) -> None:
+        """Queue a request arriving at ``now``. It becomes schedulable after the profile's
+        per-request API overhead. ``output_tokens`` (optional, at least ``max_tokens``
+        long) are the token ids it will generate; they matter only for prefix caching of
+        decoded blocks (e.g. a later chat turn that repeats this answer)."""
+        if req_id in self._reqs:
+            raise ValueError(f"duplicate request id {req_id!r}")
+        if not prompt_tokens:
+            raise ValueError("prompt must contain at least one token")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if len(prompt_tokens) + max_tokens > self.max_request_tokens:
+            raise ValueError(
+                f"prompt ({len(prompt_tokens)} tokens) + max_tokens ({max_tokens}) exceeds "
+                f"the maximum of {self.max_request_tokens} tokens"
+            )
+        bs = self.profile.block_size
+        prompt = list(prompt_tokens)
+        hashes = block_hashes(prompt, bs, extra_key)
+        if output_tokens is None:
+            output = _synth_output(hashes, len(prompt), max_tokens)
+        else:
+            output = list(output_tokens[:max_tokens])
+            if len(output) < max_tokens:
+                raise ValueError("output_tokens shorter than max_tokens")
+        r = _Request(
+            req_id=req_id,
+            prompt=prompt,
+            output=output,
+            max_tokens=max_tokens,
+            extra_key=extra_key,
+            arrival=now,
+            ready_at=now + self.profile.api_overhead_s * self._jitter(),
+            hashes=hashes,
+        )
+        self._reqs[req_id] = r
+        self._waiting.append(r)
+
+    def abort(self, req_id: str) -> bool:
+        """Drop a waiting or running request and free its blocks; False if unknown."""
+        r = self._reqs.pop(req_id, None)
+        if r is None:
+            return False
+        if r.blocks:
+            self.pool.release(r.blocks)
+            r.blocks = []
+        try:
+            self._running.remove(r)
+        except ValueError:
+            self._waiting.remove(r)
+        self._aborted += 1
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    def __contains__(self, req_id: str) -> bool:
+        return req_id in self._reqs
+
+    # ---- one iteration --------------------------------------------------------------
+
+    def step(self, now: float) -> StepOutcome:
+        """Plan and execute one iteration starting at ``now``."""
+        p = self.profile
+        bs = p.block_size
+        budget = p.max_num_batched_tokens
+        scheduled: list[tuple[_Request, int]] = []
+        preempted = 0
+
+        i = 0
+        while i < len(self._running) and budget > 0:
+            r = self._running[i]
+            n = min(r.total_tokens - r.num_computed, budget)
+            need = math.ceil((r.num_computed + n) / bs) - len(r.blocks)
+            while need > self.pool.num_free:
+                victim = self._running.pop()
+                self._preempt(victim)
+                preempted += 1
+                if victim is r:
+                    break
+            else:
+                if need > 0:
+                    r.blocks.extend(self.pool.allocate(need))
+                scheduled.append((r, n))
+                budget -= n
+                i += 1
+                continue
+            break
+
+        if not preempted:
+            while self._waiting and len(self._running) < p.max_num_seqs and budget > 0:
+                r = self._waiting[0]
+                if r.ready_at > now or not self._admit(r, budget, scheduled):
+                    break
+                self._waiting.popleft()
+                self._running.append(r)
+                budget -= scheduled[-1][1]
+
+        if not scheduled:
+            wait = p.step_overhead_s
+            if self._waiting and not self._running:
+                wait = max(self._waiting[0].ready_at - now, _MIN_IDLE_S)
+            return StepOutcome(duration_s=wait, preempted=preempted)
+        return self._execute(now, scheduled, preempted)
+
+    def _admit(self, r: _Request, budget: int, scheduled: list[tuple[_Request, int]]) -> bool:
+        bs = self.profile.block_size
+        total = r.total_tokens
+        # the last token is always computed, so at most (total - 1) tokens can hit
+        hits = self.pool.lookup(r.hashes_upto((total - 1) // bs, bs))
+        hit_tokens = len(hits) * bs
+        n = min(total - hit_tokens, budget)
+        need = math.ceil((hit_tokens + n) / bs) - len(hits)
+        if not self.pool.can_allocate(need, hits):
+            return False
+        self.pool.touch(hits)
+        r.blocks = hits + self.pool.allocate(need)
+        r.num_computed = hit_tokens
+        r.num_cached_blocks = len(hits)
+        self._queries += total
+        self._hits += hit_tokens
+        scheduled.append((r, n))
+        return True
+
+    def _preempt(self, r: _Request) -> None:
+        self.pool.release(r.blocks)
+        r.blocks = []
+        r.num_computed = 0
+        r.num_cached_blocks = 0
+        self._waiting.appendleft(r)
+        self._preemptions += 1
+
+    def _step_time(self, tokens: int, context: int, attn_pairs: float) -> float:
+        p = self.profile
+        linear = max(p.weight_read_floor_s, tokens * p.per_token_s)
+        attention = (
+            context * p.kv_bytes_per_token / p.attn_bandwidth_bps + attn_pairs * p.attn_compute_s
+        )
+        return (linear + attention + p.step_overhead_s) * self._jitter()
+
+    def _jitter(self) -> float:
+        s = self.profile.jitter
+        return math.exp(self._rng.gauss(0.0, s) - s * s / 2) if s > 0 else 1.0
+
+    def _execute(
+        self, now: float, scheduled: list[tuple[_Request, int]], preempted: int
+    ) -> StepOutcome:
+        bs = self.profile.block_size
+        tokens = sum(n for _, n in scheduled)
+        context = sum(r.num_computed + n for r, n in scheduled)
+        attn_pairs = sum(n * (r.num_computed + n / 2) for r, n in scheduled)
+        duration = self._step_time(tokens, context, attn_pairs)
+        end = now + duration
+        events: list[TokenEvent] = []
+        ttft: list[float] = []
+        itl: list[float] = []
+        e2e: list[float] = []
+        prefill = decode = 0
+        done: list[_Request] = []
+        for r, n in scheduled:
+            if r.total_tokens - r.num_computed == 1 and r.generated > 0:
+                decode += n
+            else:
+                prefill += n
+            r.num_computed += n
+            full = r.num_computed // bs
+            if full > r.num_cached_blocks:
+                hashes = r.hashes_upto(full, bs)
+                for k in range(r.num_cached_blocks, full):
+                    self.pool.cache(r.blocks[k], hashes[k])
+                r.num_cached_blocks = full
+            if r.num_computed < r.total_tokens:
+                continue  # prefill chunk, more to come
+            idx = r.generated
+            r.generated += 1
+            self._gen_tokens += 1
+            if idx == 0:
+                ttft.append(end - r.arrival)
+                self._prompt_tokens += len(r.prompt)
+            else:
+                itl.append(end - r.last_token_at)
+            r.last_token_at = end
+            finished = r.generated >= r.max_tokens
+            events.append(TokenEvent(r.req_id, idx, finished))
+            if finished:
+                e2e.append(end - r.arrival)
+                done.append(r)
+        for r in done:
+            self.pool.release(r.blocks)
+            r.blocks = []
+            del self._reqs[r.req_id]
+            self._success += 1
+        if done:
+            finished_ids = {id(r) for r in done}
+            self._running = [r for r in self._running if id(r) not in finished_ids]
+        self._steps += 1
+        return StepOutcome(
+            duration_s=duration,
+            events=events,
+            ttft_s=ttft,
+            itl_s=itl,
+            e2e_s=e2e,
+            prefill_tokens=prefill,
+            decode_tokens=decode,
+            batch_size=len(scheduled),
+            preempted=preempted,
+        )
+
+    # ---- observation ----------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            waiting=len(self._waiting),
+            running=len(self._running),
+            kv_usage=self.pool.usage,
+            num_gpu_blocks=self.profile.num_gpu_blocks,
+            block_size=self.profile.block_size,
+            prefix_cache_queries=self._queries,
+            prefix_cache_hits=self._hits,
+            prompt_tokens=self._prompt_tokens,
+            generation_tokens=self._gen_tokens,
+            preemptions=self._preemptions,
+            request_success=self._success,
+            request_aborted=self._aborted,
+            steps=self._steps,
+        )
+
+
+def run_until_idle(
+    engine: Engine, now: float, max_steps: int = 1_000_000
+) -> tuple[float, list[tuple[float, StepOutcome]]]:
+    """Virtual-time driver: step until no work is left. Returns the final time and each
+    step's (start time, outcome). Raises if ``max_steps`` is exceeded."""
+    log: list[tuple[float, StepOutcome]] = []
+    for _ in range(max_steps):
+        if not engine.has_work():
+            return now, log
+        out = engine.step(now)
+        log.append((now, out))
+        now += out.duration_s
+    raise RuntimeError(f"engine still busy after {max_steps} steps")

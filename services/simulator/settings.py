@@ -1,0 +1,59 @@
+"""Simulator settings (env prefix ``HEADROOM_SIM_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from services.simulator.profiles import PROFILES
+from shared.settings import CommonSettings
+
+DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+class SimulatorSettings(CommonSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HEADROOM_SIM_", extra="ignore", populate_by_name=True
+    )
+
+    host: str = Field("127.0.0.1", description="Interface every pod listens on")
+    ports: str = Field("8001", description="Comma-separated ports, one simulated pod each")
+    names: str = Field("", description="Comma-separated pod names (default pod-<i>)")
+    profile: str = Field("h100-llama3-8b", description="Engine profile (see profiles.py)")
+    model: str = Field(DEFAULT_MODEL, description="Model name the pods serve")
+    seed: int = Field(0, description="Base random seed; pod i uses seed + i")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, v: str) -> str:
+        if v not in PROFILES:
+            raise ValueError(f"unknown profile {v!r}; known: {sorted(PROFILES)}")
+        return v
+
+    @field_validator("ports")
+    @classmethod
+    def _valid_ports(cls, v: str) -> str:
+        ports = [p.strip() for p in v.split(",") if p.strip()]
+        if not ports:
+            raise ValueError("at least one port is required")
+        for p in ports:
+            if not p.isdigit() or not 0 <= int(p) <= 65535:
+                raise ValueError(f"invalid port {p!r}")
+        return ",".join(ports)
+
+    @model_validator(mode="after")
+    def _names_match_ports(self) -> SimulatorSettings:
+        self.name_list()
+        return self
+
+    def port_list(self) -> list[int]:
+        return [int(p) for p in self.ports.split(",")]
+
+    def name_list(self) -> list[str]:
+        ports = self.port_list()
+        names = [n.strip() for n in self.names.split(",") if n.strip()]
+        if not names:
+            return [f"pod-{i}" for i in range(len(ports))]
+        if len(names) != len(ports):
+            raise ValueError(f"{len(names)} names given for {len(ports)} ports")
+        return names
