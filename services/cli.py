@@ -47,6 +47,24 @@ def _health(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sim_calibrate(args: argparse.Namespace) -> int:
+    from services.simulator import calibrate
+
+    return calibrate.run(args)
+
+
+def _add_sim(sub: argparse._SubParsersAction) -> None:
+    from services.simulator import calibrate
+
+    sim = sub.add_parser("sim", help="simulator tools (calibration)")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    cal = sim_sub.add_parser(
+        "calibrate", help="measure a profile's calibration points in virtual time"
+    )
+    calibrate.add_arguments(cal)
+    cal.set_defaults(func=_sim_calibrate)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SERVICES:
@@ -66,6 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     health.add_argument("urls", nargs="+")
     health.add_argument("--timeout", type=float, default=2.0)
     health.set_defaults(func=_health)
+    _add_sim(sub)
+    settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
+    settings.set_defaults(func=lambda _: __import__("services.settings_doc").settings_doc.main())
     for name in SERVICES:
         sub.add_parser(name, help=f"run the {name} service (settings from HEADROOM_* env)")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
@@ -23,6 +24,25 @@ def tokenize(text: str) -> list[int]:
 
 def count_tokens(text: str) -> int:
     return sum(1 for _ in _PIECE.finditer(text))
+
+
+def content_text(content: Any) -> str:
+    """Flatten an OpenAI chat message ``content`` (a string or a list of text parts) to text.
+
+    Raises ValueError (with a message fit for a 400 reply) for anything else."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise ValueError("only text content parts are supported")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ValueError("a text content part needs a string 'text'")
+            parts.append(text)
+        return "".join(parts)
+    raise ValueError("content must be a string or a list of text parts")
 
 
 def render_chat(messages: Sequence[Mapping[str, str]]) -> str:

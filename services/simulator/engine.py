@@ -52,6 +52,8 @@ class StepOutcome:
     decode_tokens: int = 0
     batch_size: int = 0
     preempted: int = 0
+    tpot_s: list[float] = field(default_factory=list)  # per finished request (>= 2 tokens)
+    preempted_ids: list[str] = field(default_factory=list)  # in preemption order
 
     @property
     def idle(self) -> bool:
@@ -73,6 +75,10 @@ class EngineStats:
     request_success: int
     request_aborted: int
     steps: int
+    computed_tokens: int = 0  # tokens run through the model (prefill chunks + decodes)
+    # KV state given up by preemption or abort, in tokens (prefix-cache hits included), so
+    # computed == sum(prompt + max_tokens - 1 of finished) - prefix_cache_hits + discarded
+    discarded_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -89,6 +95,7 @@ class _Request:
     num_computed: int = 0
     num_cached_blocks: int = 0
     blocks: list[int] = field(default_factory=list)
+    first_token_at: float = 0.0
     last_token_at: float = 0.0
 
     @property
@@ -131,6 +138,7 @@ class Engine:
         self._running: list[_Request] = []
         self._queries = self._hits = self._prompt_tokens = self._gen_tokens = 0
         self._preemptions = self._success = self._aborted = self._steps = 0
+        self._computed = self._discarded = 0
 
     # ---- requests -------------------------------------------------------------------
 
@@ -190,6 +198,7 @@ class Engine:
         r = self._reqs.pop(req_id, None)
         if r is None:
             return False
+        self._discarded += r.num_computed
         if r.blocks:
             self.pool.release(r.blocks)
             r.blocks = []
@@ -214,7 +223,7 @@ class Engine:
         bs = p.block_size
         budget = p.max_num_batched_tokens
         scheduled: list[tuple[_Request, int]] = []
-        preempted = 0
+        preempted: list[str] = []
 
         i = 0
         while i < len(self._running) and budget > 0:
@@ -224,7 +233,7 @@ class Engine:
             while need > self.pool.num_free:
                 victim = self._running.pop()
                 self._preempt(victim)
-                preempted += 1
+                preempted.append(victim.req_id)
                 if victim is r:
                     break
             else:
@@ -249,7 +258,7 @@ class Engine:
             wait = p.step_overhead_s
             if self._waiting and not self._running:
                 wait = max(self._waiting[0].ready_at - now, _MIN_IDLE_S)
-            return StepOutcome(duration_s=wait, preempted=preempted)
+            return StepOutcome(duration_s=wait, preempted=len(preempted), preempted_ids=preempted)
         return self._execute(now, scheduled, preempted)
 
     def _admit(self, r: _Request, budget: int, scheduled: list[tuple[_Request, int]]) -> bool:
@@ -273,37 +282,40 @@ class Engine:
 
     def _preempt(self, r: _Request) -> None:
         self.pool.release(r.blocks)
+        self._discarded += r.num_computed
         r.blocks = []
         r.num_computed = 0
         r.num_cached_blocks = 0
         self._waiting.appendleft(r)
         self._preemptions += 1
 
-    def _step_time(self, tokens: int, context: int, attn_pairs: float) -> float:
+    def _step_time(self, tokens: int, seqs: int, context: int, attn_pairs: float) -> float:
         p = self.profile
         linear = max(p.weight_read_floor_s, tokens * p.per_token_s)
         attention = (
             context * p.kv_bytes_per_token / p.attn_bandwidth_bps + attn_pairs * p.attn_compute_s
         )
-        return (linear + attention + p.step_overhead_s) * self._jitter()
+        overhead = p.step_overhead_s + seqs * p.per_seq_s
+        return (linear + attention + overhead) * self._jitter()
 
     def _jitter(self) -> float:
         s = self.profile.jitter
         return math.exp(self._rng.gauss(0.0, s) - s * s / 2) if s > 0 else 1.0
 
     def _execute(
-        self, now: float, scheduled: list[tuple[_Request, int]], preempted: int
+        self, now: float, scheduled: list[tuple[_Request, int]], preempted: list[str]
     ) -> StepOutcome:
         bs = self.profile.block_size
         tokens = sum(n for _, n in scheduled)
         context = sum(r.num_computed + n for r, n in scheduled)
         attn_pairs = sum(n * (r.num_computed + n / 2) for r, n in scheduled)
-        duration = self._step_time(tokens, context, attn_pairs)
+        duration = self._step_time(tokens, len(scheduled), context, attn_pairs)
         end = now + duration
         events: list[TokenEvent] = []
         ttft: list[float] = []
         itl: list[float] = []
         e2e: list[float] = []
+        tpot: list[float] = []
         prefill = decode = 0
         done: list[_Request] = []
         for r, n in scheduled:
@@ -312,6 +324,7 @@ class Engine:
             else:
                 prefill += n
             r.num_computed += n
+            self._computed += n
             full = r.num_computed // bs
             if full > r.num_cached_blocks:
                 hashes = r.hashes_upto(full, bs)
@@ -325,6 +338,7 @@ class Engine:
             self._gen_tokens += 1
             if idx == 0:
                 ttft.append(end - r.arrival)
+                r.first_token_at = end
                 self._prompt_tokens += len(r.prompt)
             else:
                 itl.append(end - r.last_token_at)
@@ -333,6 +347,8 @@ class Engine:
             events.append(TokenEvent(r.req_id, idx, finished))
             if finished:
                 e2e.append(end - r.arrival)
+                if r.max_tokens > 1:
+                    tpot.append((end - r.first_token_at) / (r.max_tokens - 1))
                 done.append(r)
         for r in done:
             self.pool.release(r.blocks)
@@ -352,7 +368,9 @@ class Engine:
             prefill_tokens=prefill,
             decode_tokens=decode,
             batch_size=len(scheduled),
-            preempted=preempted,
+            preempted=len(preempted),
+            tpot_s=tpot,
+            preempted_ids=preempted,
         )
 
     # ---- observation ----------------------------------------------------------------
@@ -372,7 +390,38 @@ class Engine:
             request_success=self._success,
             request_aborted=self._aborted,
             steps=self._steps,
+            computed_tokens=self._computed,
+            discarded_tokens=self._discarded,
         )
+
+    def running_ids(self) -> list[str]:
+        """Running requests, oldest admission first (preemption takes from the end)."""
+        return [r.req_id for r in self._running]
+
+    def waiting_ids(self) -> list[str]:
+        return [r.req_id for r in self._waiting]
+
+    def audit(self) -> None:
+        """Check the engine's bookkeeping (tests call it after every step); raises
+        ``AssertionError`` naming the first broken invariant."""
+        bs = self.profile.block_size
+        self.pool.audit()
+        holders = [0] * self.pool.num_blocks
+        for r in self._running:
+            assert len(r.blocks) == -(-r.num_computed // bs), (
+                f"{r.req_id}: {len(r.blocks)} blocks for {r.num_computed} computed tokens"
+            )
+            assert r.num_computed <= r.total_tokens, f"{r.req_id} computed past its tokens"
+            assert r.generated < r.max_tokens, f"{r.req_id} finished but still running"
+            for b in r.blocks:
+                holders[b] += 1
+        for r in self._waiting:
+            assert not r.blocks and r.num_computed == 0, f"waiting {r.req_id} holds blocks"
+        assert holders == self.pool.ref_counts(), "block ref counts != running holders"
+        live = {r.req_id for r in self._running} | {r.req_id for r in self._waiting}
+        assert live == set(self._reqs), "request lost or duplicated"
+        assert len(self._running) + len(self._waiting) == len(self._reqs)
+        assert len(self._running) <= self.profile.max_num_seqs
 
 
 def run_until_idle(

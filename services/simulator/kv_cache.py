@@ -79,14 +79,40 @@ class BlockPool:
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference per block, tail first, so tail blocks are evicted first."""
         for b in reversed(blocks):
+            if self._ref[b] <= 0:
+                raise RuntimeError(f"block {b} released twice")
             self._ref[b] -= 1
             if self._ref[b] == 0:
                 self._free[b] = None
-            elif self._ref[b] < 0:
-                raise RuntimeError(f"block {b} released twice")
 
     def cache(self, block: int, block_hash: int) -> None:
         """Register a full block under its hash (first writer wins on duplicates)."""
         if self._hash[block] is None and block_hash not in self._cached:
             self._hash[block] = block_hash
             self._cached[block_hash] = block
+
+    # ---- inspection (tests) ------------------------------------------------------------
+
+    def free_order(self) -> list[int]:
+        """Free blocks in eviction order (next to be reused first)."""
+        return list(self._free)
+
+    def ref_counts(self) -> list[int]:
+        return list(self._ref)
+
+    def cached_hash(self, block: int) -> int | None:
+        return self._hash[block]
+
+    def audit(self) -> None:
+        """Check the pool's invariants; raises ``AssertionError`` on the first broken one:
+        free + used == total, ref counts >= 0, free blocks are exactly the unreferenced
+        ones, and every cached hash points at a block that still holds it (so it is
+        reachable by ``lookup``), either in use or revivable from the free queue."""
+        used = sum(1 for r in self._ref if r > 0)
+        assert min(self._ref) >= 0, "negative ref count"
+        assert used + len(self._free) == self.num_blocks, "free + used != total"
+        assert all(self._ref[b] == 0 for b in self._free), "referenced block in free queue"
+        for h, b in self._cached.items():
+            assert self._hash[b] == h, f"cached hash {h} points at block {b} holding another"
+        hashed = sum(1 for h in self._hash if h is not None)
+        assert hashed == len(self._cached), "hashed block missing from the cache index"

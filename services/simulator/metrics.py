@@ -1,4 +1,5 @@
-"""Prometheus exposition of a simulated pod with vLLM V1 metric names.
+"""Prometheus exposition of a simulated pod: vLLM V1 metric names, or JetStream names when
+the profile's ``engine`` is ``"jetstream"`` (REFERENCE section 4).
 
 Gauges and counters are read from ``Engine.stats()`` at scrape time; the latency histograms
 are accumulated from the observations each engine step returns. Everything lives in a
@@ -93,6 +94,7 @@ E2E_BUCKETS = (
 )
 
 LABELS = ("model_name", "engine")
+JETSTREAM_LABELS = ("id", "model_name")
 
 
 class Histogram:
@@ -119,12 +121,14 @@ class Histogram:
 class PodMetrics:
     """Collector for one pod; ``render()`` gives the /metrics body."""
 
-    def __init__(self, engine: Engine, model: str) -> None:
+    def __init__(self, engine: Engine, model: str, pod_id: str = "0") -> None:
         self.engine = engine
         self.model = model
+        self.pod_id = pod_id
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self.tpot = Histogram(ITL_BUCKETS)  # one observation per finished request
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -135,11 +139,50 @@ class PodMetrics:
             self.itl.observe_many(out.itl_s)
         if out.e2e_s:
             self.e2e.observe_many(out.e2e_s)
+        if out.tpot_s:
+            self.tpot.observe_many(out.tpot_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def collect(self) -> Iterator[Metric]:
+        if self.engine.profile.engine == "jetstream":
+            yield from self._collect_jetstream()
+        else:
+            yield from self._collect_vllm()
+
+    def _collect_jetstream(self) -> Iterator[Metric]:
+        """JetStream's names. Its prefill backlog is our waiting queue; the simulated engine
+        inserts a prefilled request into its decode slot in the same step, so the transfer
+        and generate backlogs stay 0."""
+        s = self.engine.stats()
+        slots = self.engine.profile.max_num_seqs
+        lv = [self.pod_id, self.model]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=JETSTREAM_LABELS)
+            g.add_metric(lv, value)
+            return g
+
+        def hist(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
+            m = HistogramMetricFamily(name, doc, labels=JETSTREAM_LABELS)
+            m.add_metric(lv, h.cumulative(), h.total)
+            return m
+
+        yield gauge("jetstream_prefill_backlog_size", "Requests waiting for prefill.", s.waiting)
+        yield gauge(
+            "jetstream_slots_used_percentage", "Fraction of decode slots in use.", s.running / slots
+        )
+        yield gauge("jetstream_transfer_backlog_size", "Prefilled requests awaiting transfer.", 0)
+        yield gauge("jetstream_generate_backlog_size", "Requests awaiting a decode slot.", 0)
+        yield hist("jetstream_time_to_first_token", "Time to first token (s).", self.ttft)
+        yield hist(
+            "jetstream_time_per_output_token",
+            "Mean time per output token per request (s).",
+            self.tpot,
+        )
+
+    def _collect_vllm(self) -> Iterator[Metric]:
         s = self.engine.stats()
         p = self.engine.profile
         lv = [self.model, "0"]

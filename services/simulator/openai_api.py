@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.tokenizer import render_chat
+from shared.tokenizer import content_text, render_chat
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 CHAT_DEFAULT_MAX_TOKENS = 128
@@ -109,19 +109,10 @@ def parse_completion(body: Any) -> GenRequest:
 
 
 def _content_text(content: Any, i: int) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise _bad(f"messages[{i}].content: only text parts are supported", "messages")
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise _bad(f"messages[{i}].content: text part needs a string", "messages")
-            parts.append(text)
-        return "".join(parts)
-    raise _bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
+    try:
+        return content_text(content)
+    except ValueError as e:
+        raise _bad(f"messages[{i}].content: {e}", "messages") from e
 
 
 def parse_chat(body: Any) -> GenRequest:

@@ -42,7 +42,7 @@ class SimPod:
         self.model = model
         self.seed = seed
         self.engine = Engine(get_profile(profile), seed)
-        self.metrics = PodMetrics(self.engine, model)
+        self.metrics = PodMetrics(self.engine, model, pod_id=name)
         self.faults = FaultState()
         self.url = ""
         self._queues: dict[str, asyncio.Queue[TokenEvent | None]] = {}

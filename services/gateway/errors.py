@@ -1,0 +1,59 @@
+"""OpenAI-style errors: ``{"error": {"message", "type", "param", "code"}}`` with a status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+
+class GatewayError(Exception):
+    """An error answered to the client; raised anywhere in the request flow."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, code=self.code, param=self.param)
+
+
+def error_body(
+    message: str, type: str, *, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def bad_request(
+    message: str, param: str | None = None, code: str = "invalid_value"
+) -> GatewayError:
+    return GatewayError(400, message, param=param, code=code)
+
+
+def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(err.body()),
+        status_code=err.status,
+        media_type="application/json",
+        headers={**err.headers, **(headers or {})},
+    )
+
+
+def sse_error_event(message: str, type: str = "upstream_error", code: str | None = None) -> bytes:
+    """An SSE event carrying an OpenAI error object (ends a broken stream)."""
+    return b"data: " + orjson.dumps(error_body(message, type, code=code)) + b"\n\n"

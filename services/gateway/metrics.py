@@ -1,0 +1,79 @@
+"""Prometheus metrics of one gateway instance (own CollectorRegistry, no module globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (
+    0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+_TPOT_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
+    0.2, 0.3, 0.5, 1.0, 2.5,
+)  # fmt: skip
+_PREDICT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "headroom_gateway_requests", "Requests answered, by endpoint and HTTP status",
+            ["endpoint", "status"], registry=r,
+        )  # fmt: skip
+        self.routing = Counter(
+            "headroom_gateway_routing",
+            "Routing decisions: path predicted|fallback, reason ok or the fallback reason",
+            ["path", "reason"], registry=r,
+        )  # fmt: skip
+        self.predict_seconds = Histogram(
+            "headroom_gateway_predict_seconds", "Duration of the prediction call",
+            buckets=_PREDICT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.failed = Counter(
+            "headroom_gateway_requests_failed", "Requests that failed (never sampled), by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "headroom_gateway_retries", "Attempts retried on the next pod, by failure reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.samples_published = Counter(
+            "headroom_gateway_samples_published", "Training samples acknowledged by JetStream",
+            registry=r,
+        )  # fmt: skip
+        self.samples_failed = Counter(
+            "headroom_gateway_samples_failed", "Training samples that could not be published",
+            registry=r,
+        )  # fmt: skip
+        self.pods = Gauge(
+            "headroom_gateway_pods", "Pods in the latest snapshot by state (ready|not_ready|stale)",
+            ["state"], registry=r,
+        )  # fmt: skip
+        self.snapshots = Counter("headroom_gateway_snapshots", "Pod snapshots applied", registry=r)
+        self.snapshots_invalid = Counter(
+            "headroom_gateway_snapshots_invalid", "Pod snapshot messages dropped, by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "headroom_gateway_in_flight_requests", "Requests being proxied", registry=r
+        )
+        self.ttft = Histogram(
+            "inference_objective_request_ttft_seconds", "Observed time to first token",
+            ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.predicted_ttft = Histogram(
+            "inference_objective_request_predicted_ttft_seconds",
+            "Predicted time to first token of the chosen pod",
+            ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tpot = Histogram(
+            "inference_objective_request_tpot_seconds", "Observed time per output token",
+            ["model_name"], buckets=_TPOT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.predicted_tpot = Histogram(
+            "inference_objective_request_predicted_tpot_seconds",
+            "Predicted time per output token of the chosen pod",
+            ["model_name"], buckets=_TPOT_BUCKETS, registry=r,
+        )  # fmt: skip

@@ -1,0 +1,262 @@
+"""The request flow: parse, route, dispatch (with one retry before the first byte), stream
+or aggregate the pod's reply, account in-flight state, metrics and the training sample.
+
+The pod is always asked for a stream with the usage chunk, so TTFT and TPOT are measured for
+every request: TTFT = first chunk carrying a token; TPOT = (e2e - ttft) / (token chunks - 1),
+both from the moment the successful attempt was sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from services.gateway.errors import GatewayError, error_response, sse_error_event
+from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
+from services.gateway.openai_request import Kind, ParsedRequest, parse_request
+from services.gateway.stream_accumulator import StreamAccumulator
+from services.gateway.upstream import (
+    PodFailure,
+    PodRejected,
+    StreamBroken,
+    UpstreamStream,
+    open_stream,
+)
+from shared.schemas import TrainingSample
+
+log = logging.getLogger(__name__)
+
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+async def handle(gw: Gateway, request: Request, kind: Kind) -> Response:
+    endpoint = _PATHS[kind]
+    request_id = uuid.uuid4().hex
+    try:
+        parsed = parse_request(await request.body(), kind)
+        decision = await gw.route(parsed)
+    except GatewayError as e:
+        gw.metrics.requests.labels(endpoint, str(e.status)).inc()
+        return error_response(e, {"x-request-id": request_id})
+    return await _dispatch(gw, parsed, decision, request_id, endpoint)
+
+
+def _routing_headers(request_id: str, pod: str, decision: RoutingDecision) -> dict[str, str]:
+    h = {"x-request-id": request_id, "x-headroom-pod": pod, "x-headroom-routing": decision.path}
+    if decision.reason:
+        h["x-headroom-fallback-reason"] = decision.reason
+    if decision.model_version:
+        h["x-headroom-model-version"] = decision.model_version
+    return h
+
+
+async def _dispatch(
+    gw: Gateway, parsed: ParsedRequest, decision: RoutingDecision, request_id: str, endpoint: str
+) -> Response:
+    s = gw.settings
+    attempts = decision.ranked[: 2 if s.retry_before_first_byte else 1]
+    body = parsed.upstream_body()
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream",
+        "x-request-id": request_id,
+    }
+    max_tokens = parsed.max_tokens or s.default_max_tokens
+    assert gw.session is not None, "gateway not started"
+    failure: PodFailure | None = None
+    for n, routed in enumerate(attempts):
+        pod = routed.candidate
+        uncached = (1.0 - routed.prefix_score) * decision.input_tokens
+        gw.view.on_dispatch(request_id, pod.name, uncached, max_tokens, gw.clock())
+        t0 = time.perf_counter()
+        try:
+            stream, first = await open_stream(
+                gw.session, pod.url.rstrip("/") + endpoint, body, headers, gw.pod_timeout
+            )
+        except PodFailure as e:
+            gw.view.on_finish(request_id)
+            log.warning("pod %s failed before the first byte: %s", pod.name, e,
+                        extra={"request_id": request_id, "pod": pod.name})  # fmt: skip
+            if n + 1 < len(attempts):
+                gw.metrics.retries.labels(e.reason).inc()
+            failure = e
+            continue
+        except PodRejected as e:
+            gw.view.on_finish(request_id)
+            gw.metrics.failed.labels("pod_rejected").inc()
+            gw.metrics.requests.labels(endpoint, str(e.status)).inc()
+            return Response(e.body, status_code=e.status, media_type=e.content_type,
+                            headers=_routing_headers(request_id, pod.name, decision))  # fmt: skip
+        except BaseException:
+            gw.view.on_finish(request_id)
+            raise
+        gw.index.insert(pod.name, decision.hashes)
+        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0)
+        first_out = ex.on_event(*first, time.perf_counter())
+        headers_out = _routing_headers(request_id, pod.name, decision)
+        if parsed.stream:
+            return _ProxyStream(ex.stream_body(first_out), ex.abandon, headers=headers_out)
+        return await ex.aggregate(headers_out)
+
+    gw.metrics.failed.labels("pod_unavailable").inc()
+    gw.metrics.requests.labels(endpoint, "502").inc()
+    msg = f"no pod could serve the request: {failure}" if failure else "no pod could serve it"
+    err = GatewayError(502, msg, type="upstream_error", code="pod_unavailable")
+    return error_response(err, {"x-request-id": request_id})
+
+
+class _ProxyStream(StreamingResponse):
+    """A streaming response that always settles the exchange, even when the client goes
+    away before the body iterator ever ran."""
+
+    def __init__(self, body: AsyncIterator[bytes], on_close, headers: dict[str, str]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={**headers, "cache-control": "no-cache"},
+        )
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+class _Exchange:
+    """One dispatched request: event accounting, then exactly one of succeed/fail."""
+
+    def __init__(
+        self,
+        gw: Gateway,
+        parsed: ParsedRequest,
+        decision: RoutingDecision,
+        routed: RoutedPod,
+        request_id: str,
+        endpoint: str,
+        stream: UpstreamStream,
+        t0: float,
+    ) -> None:
+        self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
+        self.request_id, self.endpoint, self.stream, self.t0 = request_id, endpoint, stream, t0
+        self.acc = StreamAccumulator(parsed.kind)
+        self.settled = False
+        gw.metrics.in_flight.inc()
+
+    def on_event(self, raw: bytes, chunk: dict[str, Any], now: float) -> bytes | None:
+        """Account a chunk; returns the SSE bytes to forward to a streaming client (or None)."""
+        if self.acc.feed(chunk, now) and self.acc.token_chunks == 1:
+            self.gw.view.on_first_token(self.request_id)
+        if not self.parsed.stream:
+            return None
+        if "usage" in chunk and not self.parsed.include_usage:
+            if not chunk.get("choices"):
+                return None  # the usage-only chunk the client did not ask for
+            chunk = {k: v for k, v in chunk.items() if k != "usage"}
+            raw = orjson.dumps(chunk)
+        return b"data: " + raw + b"\n\n"
+
+    async def stream_body(self, first_out: bytes | None) -> AsyncIterator[bytes]:
+        if first_out:
+            yield first_out
+        try:
+            while (ev := await self.stream.next_event()) is not None:
+                out = self.on_event(*ev, time.perf_counter())
+                if out:
+                    yield out
+        except StreamBroken as e:
+            self.fail(e.reason, e)
+            yield sse_error_event(f"the pod failed mid-stream: {e}", code="pod_stream_failed")
+            return
+        self.succeed()
+        yield b"data: [DONE]\n\n"
+
+    async def aggregate(self, headers: dict[str, str]) -> Response:
+        try:
+            while (ev := await self.stream.next_event()) is not None:
+                self.on_event(*ev, time.perf_counter())
+        except StreamBroken as e:
+            self.fail(e.reason, e, status="502")
+            err = GatewayError(502, f"the pod failed mid-response: {e}", type="upstream_error",
+                               code="pod_stream_failed")  # fmt: skip
+            return error_response(err, headers)
+        except BaseException:
+            self.abandon()
+            raise
+        self.succeed()
+        reply = self.acc.completion(self.request_id, self.parsed.model, int(self.gw.clock()))
+        return Response(orjson.dumps(reply), media_type="application/json", headers=headers)
+
+    # --- settlement -----------------------------------------------------------------------
+    def _settle(self) -> bool:
+        if self.settled:
+            return False
+        self.settled = True
+        self.stream.close()
+        self.gw.view.on_finish(self.request_id)
+        self.gw.metrics.in_flight.dec()
+        return True
+
+    def fail(self, reason: str, err: Exception, status: str = "200") -> None:
+        if not self._settle():
+            return
+        log.warning("pod %s failed mid-stream (%s): %s", self.routed.candidate.name, reason, err,
+                    extra={"request_id": self.request_id})  # fmt: skip
+        self.gw.metrics.failed.labels(f"mid_stream_{reason}").inc()
+        self.gw.metrics.requests.labels(self.endpoint, status).inc()
+
+    def abandon(self) -> None:
+        """The client went away (or the response was torn down) before the end."""
+        if not self._settle():
+            return
+        self.gw.metrics.failed.labels("client_disconnect").inc()
+        self.gw.metrics.requests.labels(self.endpoint, "499").inc()
+
+    def succeed(self) -> None:
+        if not self._settle():
+            return
+        gw, acc, routed, decision = self.gw, self.acc, self.routed, self.decision
+        gw.metrics.requests.labels(self.endpoint, "200").inc()
+        end = acc.last_at if acc.last_at is not None else time.perf_counter()
+        e2e_ms = (end - self.t0) * 1000
+        ttft_ms = tpot_ms = None
+        model = self.parsed.model
+        if acc.first_token_at is not None:
+            ttft_ms = (acc.first_token_at - self.t0) * 1000
+            gw.metrics.ttft.labels(model).observe(ttft_ms / 1000)
+            if acc.token_chunks >= 2:
+                tpot_ms = (e2e_ms - ttft_ms) / (acc.token_chunks - 1)
+                gw.metrics.tpot.labels(model).observe(tpot_ms / 1000)
+        pred = routed.prediction
+        if pred is not None:
+            gw.metrics.predicted_ttft.labels(model).observe(pred.ttft_ms / 1000)
+            gw.metrics.predicted_tpot.labels(model).observe(pred.tpot_ms / 1000)
+        sample = TrainingSample(
+            request_id=self.request_id,
+            pool=gw.settings.pool,
+            pod=routed.candidate.name,
+            model=model,
+            features=list(routed.row),
+            e2e_ms=e2e_ms,
+            input_tokens=decision.input_tokens,
+            output_tokens=acc.output_tokens(),
+            streaming=self.parsed.stream,
+            ts=gw.clock(),
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            routing=decision.path,
+            model_version=decision.model_version,
+            predicted_ttft_ms=pred.ttft_ms if pred else None,
+            predicted_tpot_ms=pred.tpot_ms if pred else None,
+        )
+        if gw.samples is not None:
+            gw.samples.publish(sample)

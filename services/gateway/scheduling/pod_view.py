@@ -1,0 +1,201 @@
+"""What the gateway knows about each pod: the latest scraped record plus its own in-flight state.
+
+Scraped metrics lag reality (a scrape every 100 ms, a snapshot hop over NATS), so bursts routed
+between two scrapes would all land on the pod that looked idle. The gateway therefore keeps,
+per pod, real-time counters of what it has itself dispatched:
+
+- ``requests``: requests in flight (dispatched, not finished),
+- ``prefill_tokens_in_flight``: uncached prompt tokens of requests that have not produced
+  their first token yet,
+- ``decode_tokens_in_flight``: ``max_tokens`` of requests that are decoding,
+- ``unseen_requests``: in-flight requests dispatched after the pod's last scrape (the scraped
+  ``waiting``/``running`` cannot include them yet).
+
+A record older than ``stale_after_s`` is stale: its waiting/running numbers are replaced by
+the gateway's own counts (requests before their first token count as waiting, decoding ones
+as running; ``unseen_requests`` is then 0 because every in-flight request is already counted).
+
+Pure: no I/O, no clock. ``now`` is unix seconds (the records' ``scraped_at`` is too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.features import PodLoad
+from shared.schemas import PodRecord, PodSnapshot
+
+
+@dataclass(slots=True)
+class _Ticket:
+    pod: str
+    prefill_tokens: float
+    max_tokens: float
+    dispatched_at: float
+    decoding: bool = False
+
+
+@dataclass(slots=True)
+class _InFlight:
+    requests: int = 0
+    prefill_tokens: float = 0.0
+    decode_tokens: float = 0.0
+    prefilling: int = 0
+    decoding: int = 0
+    tickets: dict[str, _Ticket] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A ready pod serving the requested model, with the load the feature row is built from."""
+
+    name: str
+    url: str
+    load: PodLoad
+    stale: bool
+    record: PodRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PodCounts:
+    ready: int
+    not_ready: int
+    stale: int
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.not_ready
+
+
+class PodView:
+    def __init__(self, stale_after_s: float = 2.0) -> None:
+        self.stale_after_s = stale_after_s
+        self._records: dict[str, PodRecord] = {}
+        self._inflight: dict[str, _InFlight] = {}
+        self._tickets: dict[str, _Ticket] = {}  # request id -> ticket
+
+    # --- scraped state ------------------------------------------------------------------
+    def apply_snapshot(self, snapshot: PodSnapshot) -> None:
+        """Replace the records with a pool's snapshot (pods missing from it are forgotten;
+        in-flight counters of such pods stay until their requests finish)."""
+        records: dict[str, PodRecord] = {}
+        for rec in snapshot.pods:
+            old = records.get(rec.name)
+            if old is None or rec.scraped_at >= old.scraped_at:
+                records[rec.name] = rec
+        self._records = records
+
+    def record(self, pod: str) -> PodRecord | None:
+        return self._records.get(pod)
+
+    def is_stale(self, rec: PodRecord, now: float) -> bool:
+        return now - rec.scraped_at > self.stale_after_s
+
+    def counts(self, now: float) -> PodCounts:
+        ready = sum(1 for r in self._records.values() if r.ready)
+        stale = sum(1 for r in self._records.values() if r.ready and self.is_stale(r, now))
+        return PodCounts(ready=ready, not_ready=len(self._records) - ready, stale=stale)
+
+    def known_models(self) -> set[str]:
+        """Models named by any pod's record, ready or not."""
+        return {m for r in self._records.values() for m in r.models}
+
+    def ready_models(self) -> list[str]:
+        """Union of the models the ready pods serve, sorted."""
+        return sorted({m for r in self._records.values() if r.ready for m in r.models})
+
+    def candidates(self, model: str, now: float) -> list[Candidate]:
+        """Ready pods serving ``model``, sorted by name, each with its current load."""
+        out = []
+        for name in sorted(self._records):
+            rec = self._records[name]
+            if not rec.ready or model not in rec.models:
+                continue
+            out.append(Candidate(name, rec.url, self._load(rec, now), self.is_stale(rec, now), rec))
+        return out
+
+    def _load(self, rec: PodRecord, now: float) -> PodLoad:
+        fl = self._inflight.get(rec.name) or _InFlight()
+        if self.is_stale(rec, now):
+            waiting, running, unseen = float(fl.prefilling), float(fl.decoding), 0.0
+        else:
+            waiting, running = rec.waiting, rec.running
+            unseen = float(sum(1 for t in fl.tickets.values() if t.dispatched_at > rec.scraped_at))
+        return PodLoad(
+            waiting=waiting,
+            running=running,
+            kv_usage=rec.kv_usage,
+            prefill_tokens_in_flight=fl.prefill_tokens,
+            decode_tokens_in_flight=fl.decode_tokens,
+            unseen_requests=unseen,
+        )
+
+    # --- the gateway's own in-flight state ----------------------------------------------
+    def in_flight(self, pod: str) -> tuple[int, float, float]:
+        """(requests, prefill_tokens_in_flight, decode_tokens_in_flight) of ``pod``."""
+        fl = self._inflight.get(pod)
+        if fl is None:
+            return (0, 0.0, 0.0)
+        return (fl.requests, fl.prefill_tokens, fl.decode_tokens)
+
+    def unseen_requests(self, pod: str) -> int:
+        fl = self._inflight.get(pod)
+        rec = self._records.get(pod)
+        if fl is None:
+            return 0
+        if rec is None:
+            return len(fl.tickets)
+        return sum(1 for t in fl.tickets.values() if t.dispatched_at > rec.scraped_at)
+
+    def on_dispatch(
+        self, request_id: str, pod: str, prefill_tokens: float, max_tokens: float, now: float
+    ) -> None:
+        """A request was sent to ``pod``. A request id already in flight is finished first
+        (a retry on another pod reuses the id)."""
+        self.on_finish(request_id)
+        t = _Ticket(pod, max(0.0, prefill_tokens), max(0.0, max_tokens), now)
+        self._tickets[request_id] = t
+        fl = self._inflight.setdefault(pod, _InFlight())
+        fl.tickets[request_id] = t
+        fl.requests += 1
+        fl.prefilling += 1
+        fl.prefill_tokens += t.prefill_tokens
+
+    def on_first_token(self, request_id: str) -> None:
+        """The request's first token arrived: its prompt is no longer prefill work; its
+        ``max_tokens`` become decode work. Idempotent."""
+        t = self._tickets.get(request_id)
+        if t is None or t.decoding:
+            return
+        t.decoding = True
+        fl = self._inflight[t.pod]
+        fl.prefilling -= 1
+        fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
+        fl.decoding += 1
+        fl.decode_tokens += t.max_tokens
+
+    def on_finish(self, request_id: str) -> None:
+        """The request ended for any reason (success, failure, client disconnect).
+        Idempotent; unknown ids are ignored."""
+        t = self._tickets.pop(request_id, None)
+        if t is None:
+            return
+        fl = self._inflight[t.pod]
+        del fl.tickets[request_id]
+        fl.requests -= 1
+        if t.decoding:
+            fl.decoding -= 1
+            fl.decode_tokens = _clamp(fl.decode_tokens - t.max_tokens)
+        else:
+            fl.prefilling -= 1
+            fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
+        if fl.requests == 0:
+            del self._inflight[t.pod]
+
+    def total_in_flight(self) -> int:
+        return len(self._tickets)
+
+
+def _clamp(x: float) -> float:
+    # float subtraction can leave -1e-13 behind; counters never go negative
+    return x if x > 1e-9 else 0.0

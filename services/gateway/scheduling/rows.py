@@ -1,0 +1,39 @@
+"""Per-request scheduling inputs: prefix scores and feature rows for every candidate pod.
+
+Rows come only from :func:`shared.features.build_row`, one per candidate, in candidate order;
+the chosen pod's exact row is what the training sample carries.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.gateway.scheduling.pod_view import Candidate
+from services.gateway.scheduling.prefix_index import PrefixIndex
+from shared.features import build_row
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateRows:
+    candidates: list[Candidate]
+    prefix_scores: list[float]
+    rows: list[list[float]]
+
+    def uncached_tokens(self, i: int, input_tokens: int) -> float:
+        """Prompt tokens candidate ``i`` is expected to prefill (not covered by its cache)."""
+        return (1.0 - self.prefix_scores[i]) * input_tokens
+
+
+def build_candidate_rows(
+    candidates: Sequence[Candidate],
+    input_tokens: int,
+    hashes: Sequence[int],
+    index: PrefixIndex,
+) -> CandidateRows:
+    cands = list(candidates)
+    scores = index.scores((c.name for c in cands), hashes)
+    rows = [build_row(input_tokens, s, c.load) for c, s in zip(cands, scores, strict=True)]
+    return CandidateRows(cands, scores, rows)

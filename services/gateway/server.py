@@ -1,0 +1,95 @@
+"""Run the gateway app under uvicorn inside the current event loop.
+
+Used by ``main`` and by tests/benchmarks that need a real gateway on a free port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import uvicorn
+from fastapi import FastAPI
+
+from services.gateway.app import create_app
+from services.gateway.gateway import Gateway
+from services.gateway.settings import GatewaySettings
+
+
+class GatewayStartupInterrupted(RuntimeError):
+    """SIGTERM/SIGINT arrived before the gateway finished starting."""
+
+
+@dataclass
+class RunningGateway:
+    app: FastAPI
+    server: uvicorn.Server
+    task: asyncio.Task
+    url: str
+
+    @property
+    def gateway(self) -> Gateway:
+        return self.app.state.gateway
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        self.server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
+        except TimeoutError:
+            self.server.force_exit = True
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+async def start_gateway(
+    settings: GatewaySettings,
+    *,
+    port: int | None = None,
+    rng: random.Random | None = None,
+    clock: Callable[[], float] = time.time,
+    startup_timeout_s: float | None = 15.0,
+) -> RunningGateway:
+    """Start the gateway on ``settings.host`` and ``port`` (default ``settings.port``; 0 = a
+    free port) and wait until its lifespan has started (NATS connected, stream ensured).
+
+    Raises RuntimeError if startup fails, takes longer than ``startup_timeout_s`` (None: wait
+    for NATS as long as it takes) or is interrupted by SIGTERM/SIGINT."""
+    app = create_app(settings, rng=rng, clock=clock)
+    sock = _bind(settings.host, settings.port if port is None else port)
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    deadline = None if startup_timeout_s is None else time.monotonic() + startup_timeout_s
+    while not server.started:
+        timed_out = deadline is not None and time.monotonic() > deadline
+        interrupted = server.should_exit
+        if task.done() or interrupted or timed_out:
+            server.should_exit = True
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            sock.close()
+            if interrupted:
+                raise GatewayStartupInterrupted("gateway startup interrupted by a signal")
+            why = "timed out" if timed_out else "failed"
+            raise RuntimeError(f"gateway startup {why} (see the log for the cause)")
+        await asyncio.sleep(0.02)
+    host, bound_port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    return RunningGateway(app, server, task, f"http://{url_host}:{bound_port}")

@@ -1,0 +1,41 @@
+"""Gateway settings (env prefix ``HEADROOM_GATEWAY_``; connection settings are common)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from shared.settings import CommonSettings
+
+
+class GatewaySettings(CommonSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HEADROOM_GATEWAY_", extra="ignore", populate_by_name=True
+    )
+
+    host: str = Field("127.0.0.1", description="Bind address of the OpenAI API")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the OpenAI API (0 = any free)")
+    predict_timeout_ms: float = Field(
+        100.0, gt=0, description="Deadline of one prediction request to the predictors"
+    )
+    stale_after_s: float = Field(
+        2.0, gt=0, description="A pod record older than this uses the gateway's own counts"
+    )
+    prefix_block_tokens: int = Field(64, ge=1, description="Tokens per prefix-index block")
+    prefix_index_blocks: int = Field(
+        50_000, ge=1, description="Capacity of each pod's prefix-index LRU, in blocks"
+    )
+    pod_connect_timeout_s: float = Field(2.0, gt=0, description="TCP connect timeout to a pod")
+    pod_read_timeout_s: float = Field(
+        300.0, gt=0, description="Longest silence tolerated while reading a pod's stream"
+    )
+    retry_before_first_byte: bool = Field(
+        True, description="Retry once on the next-ranked pod when a pod fails before any byte"
+    )
+    retry_after_s: int = Field(1, ge=0, description="Retry-After header value of 503 replies")
+    default_max_tokens: int = Field(
+        256, ge=1, description="Decode budget assumed for in-flight accounting without max_tokens"
+    )
+    sample_publish_timeout_s: float = Field(
+        5.0, gt=0, description="JetStream publish timeout of one training sample"
+    )

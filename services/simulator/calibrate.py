@@ -1,0 +1,208 @@
+"""Calibration of an engine profile against the reference vLLM figures (pure, virtual time).
+
+Every point is measured by running the engine model (no sleeping, no wall clock):
+
+- ``ttft_ms_200_low_load``: mean TTFT of 20 isolated 200-token prompts, one at a time.
+- ``itl_ms_batch1``: mean inter-token latency of one 200-in/128-out request alone.
+- ``itl_ms_batch128``: mean inter-token latency in a closed loop at concurrency 128
+  (200-in/256-out; a finished request is replaced at once, so prefills of newcomers mix
+  with the decodes as in a benchmark run), after a 4 s warm-up.
+- ``saturated_output_tok_s``: output tokens/s of 200-in/64-out requests arriving (Poisson)
+  1.5x faster than the reference saturation, after a 3 s warm-up; ``max_num_seqs`` 128,
+  chunked prefill and prefix caching on, as in the reference run.
+- ``prefill_tok_s``: prompt tokens/s on a backlog of 8,192-token single-output prompts
+  (the prefill attention term makes this fall with prompt length; 8k is near the Mooncake
+  median input of 6.9k tokens).
+- ``kv_capacity_tokens``: KV blocks x block size.
+
+``headroom sim calibrate --profile P [--json OUT] [--seed S]`` prints the table next to the
+targets (REFERENCE section 3; only h100-llama3-8b has reference figures) and exits 1 if a
+point is more than 15% off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from services.simulator.engine import Engine, run_until_idle
+from services.simulator.profiles import PROFILES, Profile, get_profile
+
+KEYS = (
+    "ttft_ms_200_low_load",
+    "itl_ms_batch1",
+    "itl_ms_batch128",
+    "saturated_output_tok_s",
+    "prefill_tok_s",
+    "kv_capacity_tokens",
+)
+
+# REFERENCE section 3 (Llama-3-8B on one H100); prefill 28-48k tok/s -> the middle.
+H100_TARGETS: dict[str, float] = {
+    "ttft_ms_200_low_load": 30.0,
+    "itl_ms_batch1": 7.3,
+    "itl_ms_batch128": 11.6,
+    "saturated_output_tok_s": 10_500.0,
+    "prefill_tok_s": 38_000.0,
+    "kv_capacity_tokens": 420_000.0,
+}
+TARGETS: dict[str, dict[str, float]] = {"h100-llama3-8b": H100_TARGETS}
+TOLERANCE = 0.15
+
+
+def _tokens(n: int, rng: random.Random) -> list[int]:
+    return [rng.randrange(1 << 31) for _ in range(n)]
+
+
+def ttft_ms_200_low_load(profile: Profile, seed: int = 0, n: int = 20) -> float:
+    engine, rng, now, out = Engine(profile, seed), random.Random(seed), 0.0, []
+    for i in range(n):
+        engine.submit(f"t{i}", _tokens(200, rng), 1, now)
+        now, log = run_until_idle(engine, now)
+        out.extend(x for _, o in log for x in o.ttft_s)
+        now += 1.0
+    return 1000.0 * statistics.fmean(out)
+
+
+def itl_ms_batch1(profile: Profile, seed: int = 0) -> float:
+    engine, rng = Engine(profile, seed), random.Random(seed)
+    engine.submit("d0", _tokens(200, rng), 128, 0.0)
+    _, log = run_until_idle(engine, 0.0)
+    return 1000.0 * statistics.fmean(x for _, o in log for x in o.itl_s)
+
+
+def itl_ms_batch128(
+    profile: Profile, seed: int = 0, out_tokens: int = 256, duration_s: float = 12.0
+) -> float:
+    """Closed loop at concurrency 128 (a finished request is replaced at once), mean ITL
+    after the first ``out_tokens`` steps' worth of warm-up."""
+    engine, rng = Engine(profile.with_overrides(max_num_seqs=128), seed), random.Random(seed)
+    for i in range(128):
+        engine.submit(f"c{i}", _tokens(200, rng), out_tokens, 0.0)
+    now, nxt, itl, warmup = 0.0, 128, [], 4.0
+    while now < duration_s:
+        out = engine.step(now)
+        now += out.duration_s
+        if now > warmup:
+            itl.extend(out.itl_s)
+        for ev in out.events:
+            if ev.finished:
+                engine.submit(f"c{nxt}", _tokens(200, rng), out_tokens, now)
+                nxt += 1
+    return 1000.0 * statistics.fmean(itl)
+
+
+def saturated_output_tok_s(
+    profile: Profile, seed: int = 0, duration_s: float = 12.0, warmup_s: float = 3.0
+) -> float:
+    """Output tokens/s under an arrival rate ~50% above the reference saturation."""
+    engine = Engine(profile.with_overrides(max_num_seqs=128), seed)
+    rng = random.Random(seed)
+    rate = 1.5 * H100_TARGETS["saturated_output_tok_s"] / 64
+    arrivals, t = [], 0.0
+    while t < duration_s:
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+    now, nxt, produced = 0.0, 0, 0
+    for _ in range(10_000_000):
+        while nxt < len(arrivals) and arrivals[nxt] <= now:
+            engine.submit(f"s{nxt}", _tokens(200, rng), 64, arrivals[nxt])
+            nxt += 1
+        if now >= duration_s:
+            break
+        if not engine.has_work():
+            now = arrivals[nxt]
+            continue
+        out = engine.step(now)
+        now += out.duration_s
+        if now > warmup_s:
+            produced += len(out.events)
+    return produced / (now - warmup_s)
+
+
+def prefill_tok_s(profile: Profile, seed: int = 0, n: int = 16, prompt: int = 8192) -> float:
+    engine, rng = Engine(profile, seed), random.Random(seed)
+    prompt = min(prompt, engine.max_request_tokens - 1)
+    for i in range(n):
+        engine.submit(f"p{i}", _tokens(prompt, rng), 1, 0.0)
+    _, log = run_until_idle(engine, 0.0)
+    busy = [(t, o) for t, o in log if not o.idle]
+    start = busy[0][0]
+    end = busy[-1][0] + busy[-1][1].duration_s
+    return sum(o.prefill_tokens for _, o in busy) / (end - start)
+
+
+def measure(profile: Profile, seed: int = 0) -> dict[str, float]:
+    """All calibration points of ``profile`` (keys :data:`KEYS`)."""
+    return {
+        "ttft_ms_200_low_load": ttft_ms_200_low_load(profile, seed),
+        "itl_ms_batch1": itl_ms_batch1(profile, seed),
+        "itl_ms_batch128": itl_ms_batch128(profile, seed),
+        "saturated_output_tok_s": saturated_output_tok_s(profile, seed),
+        "prefill_tok_s": prefill_tok_s(profile, seed),
+        "kv_capacity_tokens": float(profile.kv_capacity_tokens),
+    }
+
+
+def calibrate(profile: Profile, seed: int = 0) -> dict:
+    """Measured points plus ``profile``, ``targets`` and ``deviation`` (fractions; None
+    where the profile has no reference figures)."""
+    measured = measure(profile, seed)
+    targets = TARGETS.get(profile.name)
+    deviation = (
+        {k: (measured[k] - targets[k]) / targets[k] for k in KEYS} if targets is not None else None
+    )
+    return {
+        **{k: round(measured[k], 3) for k in KEYS},
+        "profile": profile.name,
+        "seed": seed,
+        "targets": targets,
+        "deviation": deviation,
+        "tolerance": TOLERANCE,
+    }
+
+
+def format_table(result: dict) -> str:
+    targets, dev = result["targets"], result["deviation"]
+    lines = [
+        f"calibration of {result['profile']} (seed {result['seed']}, virtual time)",
+        f"{'point':<24}{'measured':>12}{'target':>12}{'deviation':>11}  ok",
+    ]
+    for k in KEYS:
+        if targets is None:
+            lines.append(f"{k:<24}{result[k]:>12.1f}{'-':>12}{'-':>11}")
+            continue
+        ok = "yes" if abs(dev[k]) <= result["tolerance"] else "NO"
+        lines.append(f"{k:<24}{result[k]:>12.1f}{targets[k]:>12.1f}{dev[k]:>+10.1%}  {ok}")
+    return "\n".join(lines)
+
+
+def within_tolerance(result: dict) -> bool:
+    dev = result["deviation"]
+    return dev is None or all(abs(v) <= result["tolerance"] for v in dev.values())
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--profile", default="h100-llama3-8b", choices=sorted(PROFILES))
+    ap.add_argument("--json", dest="json_out", help="write the result as JSON to this file")
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    """CLI action; exit code 1 if a point with a target is off by more than 15%."""
+    result = calibrate(get_profile(args.profile), args.seed)
+    print(format_table(result))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if within_tolerance(result) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="headroom sim calibrate", description=__doc__)
+    add_arguments(ap)
+    sys.exit(run(ap.parse_args(argv)))

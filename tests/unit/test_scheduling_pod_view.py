@@ -1,0 +1,152 @@
+"""PodView: candidates, staleness, and the gateway's own in-flight counters."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.gateway.scheduling.pod_view import PodView
+from shared.features import PodLoad
+from shared.schemas import PodRecord, PodSnapshot
+
+MODEL = "m"
+
+
+def rec(name, *, ready=True, scraped_at=100.0, models=(MODEL,), waiting=0.0, running=0.0, kv=0.0):
+    return PodRecord(
+        name=name, url=f"http://{name}", ready=ready, scraped_at=scraped_at,
+        models=list(models), waiting=waiting, running=running, kv_usage=kv,
+    )  # fmt: skip
+
+
+def view(*records, stale_after_s=2.0):
+    v = PodView(stale_after_s=stale_after_s)
+    v.apply_snapshot(PodSnapshot(pool="p", ts=100.0, pods=list(records)))
+    return v
+
+
+@pytest.mark.parametrize(
+    ("records", "model", "expected"),
+    [
+        ([rec("a"), rec("b")], MODEL, ["a", "b"]),
+        ([rec("a", ready=False), rec("b")], MODEL, ["b"]),
+        ([rec("a", models=("x",)), rec("b")], MODEL, ["b"]),
+        ([rec("a", models=("x",))], MODEL, []),
+        ([rec("b"), rec("a")], MODEL, ["a", "b"]),
+        ([], MODEL, []),
+    ],
+)
+def test_candidates_are_ready_pods_serving_the_model(records, model, expected):
+    assert [c.name for c in view(*records).candidates(model, now=100.5)] == expected
+
+
+def test_models_and_counts():
+    v = view(rec("a", models=("x", "y")), rec("b", ready=False, models=("z",)), rec("c"))
+    assert v.ready_models() == ["m", "x", "y"]
+    assert v.known_models() == {"m", "x", "y", "z"}
+    counts = v.counts(now=100.5)
+    assert (counts.ready, counts.not_ready, counts.stale, counts.total) == (2, 1, 0, 3)
+    assert v.counts(now=103.0).stale == 2
+
+
+def test_fresh_record_uses_scraped_load_plus_unseen_requests():
+    v = view(rec("a", waiting=2, running=3, kv=0.4, scraped_at=100.0))
+    v.on_dispatch("r-before", "a", 50, 10, now=99.0)  # already visible in the scrape
+    v.on_dispatch("r-after", "a", 70, 20, now=100.2)  # dispatched after the scrape
+    (c,) = v.candidates(MODEL, now=100.5)
+    assert not c.stale
+    assert c.load == PodLoad(
+        waiting=2, running=3, kv_usage=0.4, prefill_tokens_in_flight=120,
+        decode_tokens_in_flight=0, unseen_requests=1,
+    )  # fmt: skip
+    assert v.unseen_requests("a") == 1
+
+
+def test_stale_record_uses_own_in_flight_counts():
+    v = view(rec("a", waiting=9, running=9, kv=0.4, scraped_at=100.0))
+    v.on_dispatch("r1", "a", 50, 10, now=101.0)
+    v.on_dispatch("r2", "a", 70, 20, now=101.0)
+    v.on_dispatch("r3", "a", 30, 5, now=101.0)
+    v.on_first_token("r2")
+    (c,) = v.candidates(MODEL, now=102.5)  # 2.5 s after the scrape: stale
+    assert c.stale
+    assert c.load == PodLoad(
+        waiting=2, running=1, kv_usage=0.4, prefill_tokens_in_flight=80,
+        decode_tokens_in_flight=20, unseen_requests=0,
+    )  # fmt: skip
+
+
+def test_new_snapshot_makes_requests_seen():
+    v = view(rec("a", scraped_at=100.0))
+    v.on_dispatch("r1", "a", 10, 10, now=100.5)
+    assert v.unseen_requests("a") == 1
+    v.apply_snapshot(PodSnapshot(pool="p", ts=101, pods=[rec("a", scraped_at=101.0)]))
+    assert v.unseen_requests("a") == 0
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        # (requests, prefill tokens, decode tokens) after each outcome
+        ([], (1, 100.0, 0.0)),
+        (["first"], (1, 0.0, 32.0)),
+        (["first", "finish"], (0, 0.0, 0.0)),  # success
+        (["finish"], (0, 0.0, 0.0)),  # failure before the first token
+        (["first", "first", "finish", "finish"], (0, 0.0, 0.0)),  # idempotent
+    ],
+)
+def test_in_flight_counters_for_every_outcome(events, expected):
+    v = view(rec("a"))
+    v.on_dispatch("r", "a", 100, 32, now=100.0)
+    for e in events:
+        (v.on_first_token if e == "first" else v.on_finish)("r")
+    assert v.in_flight("a") == expected
+
+
+def test_retry_with_same_request_id_moves_the_ticket():
+    v = view(rec("a"), rec("b"))
+    v.on_dispatch("r", "a", 100, 32, now=100.0)
+    v.on_dispatch("r", "b", 80, 32, now=100.1)
+    assert v.in_flight("a") == (0, 0.0, 0.0)
+    assert v.in_flight("b") == (1, 80.0, 0.0)
+    assert v.total_in_flight() == 1
+
+
+def test_unknown_request_ids_are_ignored():
+    v = view(rec("a"))
+    v.on_first_token("nope")
+    v.on_finish("nope")
+    assert v.in_flight("a") == (0, 0.0, 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["dispatch", "first", "finish"]),
+            st.integers(0, 5),  # request id
+            st.sampled_from(["a", "b"]),
+            st.floats(0, 5000, allow_nan=False),
+            st.floats(0, 2000, allow_nan=False),
+        ),
+        max_size=60,
+    )
+)
+def test_counters_never_negative_and_return_to_zero(ops):
+    v = view(rec("a"), rec("b"))
+    for op, rid, pod, prefill, max_tokens in ops:
+        r = f"r{rid}"
+        if op == "dispatch":
+            v.on_dispatch(r, pod, prefill, max_tokens, now=100.0)
+        elif op == "first":
+            v.on_first_token(r)
+        else:
+            v.on_finish(r)
+        for p in ("a", "b"):
+            n, pre, dec = v.in_flight(p)
+            assert n >= 0 and pre >= 0 and dec >= 0
+    for rid in range(6):
+        v.on_finish(f"r{rid}")
+    assert v.in_flight("a") == v.in_flight("b") == (0, 0.0, 0.0)
+    assert v.total_in_flight() == 0
