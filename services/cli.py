@@ -65,6 +65,12 @@ def _add_sim(sub: argparse._SubParsersAction) -> None:
     cal.set_defaults(func=_sim_calibrate)
 
 
+def _settings(args: argparse.Namespace) -> int:
+    from services import settings_doc
+
+    return settings_doc.main(["--update-readme", args.update_readme] if args.update_readme else [])
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SERVICES:
@@ -86,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     health.set_defaults(func=_health)
     _add_sim(sub)
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
-    settings.set_defaults(func=lambda _: __import__("services.settings_doc").settings_doc.main())
+    settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")
+    settings.set_defaults(func=_settings)
     for name in SERVICES:
         sub.add_parser(name, help=f"run the {name} service (settings from HEADROOM_* env)")
     args = parser.parse_args(argv)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
@@ -49,6 +50,28 @@ def markdown(service: str) -> str:
     return "\n".join(rows)
 
 
-def main() -> int:
-    print("\n\n".join(markdown(s) for s in SERVICES))
+BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
+
+
+def all_markdown() -> str:
+    return "\n\n".join(markdown(s) for s in SERVICES)
+
+
+def update_readme(path: Path) -> bool:
+    """Rewrite the block between the settings markers; True if it changed."""
+    text = path.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    new = text[:start] + "\n" + all_markdown() + "\n" + text[end:]
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = argv or []
+    if argv[:1] == ["--update-readme"]:
+        path = Path(argv[1] if len(argv) > 1 else "README.md")
+        print(f"{path}: {'updated' if update_readme(path) else 'already current'}")
+        return 0
+    print(all_markdown())
     return 0
