@@ -130,6 +130,7 @@ class PodRecord(Message):
     kv_usage: float = 0.0  # 0..1
     prefix_hit_rate: float = 0.0  # 0..1, lifetime hits / queries
     error: str | None = None
+    lora_adapters: list[str] = field(default_factory=list)  # running LoRA adapters
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

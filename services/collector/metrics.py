@@ -1,0 +1,66 @@
+"""The collector's own Prometheus metrics (one registry per instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_SCRAPE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class CollectorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.scrape_duration = Histogram(
+            "headroom_collector_scrape_duration_seconds",
+            "Time to fetch and parse one pod's metrics page (failures included)",
+            ["pod"],
+            buckets=_SCRAPE_BUCKETS,
+            registry=r,
+        )
+        self.scrape_errors = Counter(
+            "headroom_collector_scrape_errors",
+            "Failed scrapes by pod and reason (timeout, connect, http_status, too_large, "
+            "no_metrics, parse, other)",
+            ["pod", "reason"],
+            registry=r,
+        )
+        self.pods_ready = Gauge(
+            "headroom_collector_pods_ready",
+            "Pods published with ready=true in the last snapshot",
+            registry=r,
+        )
+        self.pods_total = Gauge("headroom_collector_pods", "Pods in the last snapshot", registry=r)
+        self.parse_ignored = Counter(
+            "headroom_collector_parse_ignored_lines",
+            "Malformed or unusable metric lines ignored by the parser",
+            registry=r,
+        )
+        self.snapshots_published = Counter(
+            "headroom_collector_snapshots_published",
+            "PodSnapshot messages published",
+            registry=r,
+        )
+        self.publish_errors = Counter(
+            "headroom_collector_publish_errors",
+            "PodSnapshot publications that failed",
+            registry=r,
+        )
+        self.cycle_duration = Histogram(
+            "headroom_collector_cycle_duration_seconds",
+            "Time from the start of a scrape cycle to its snapshot being published",
+            buckets=_SCRAPE_BUCKETS,
+            registry=r,
+        )
+
+    def forget_pod(self, pod: str, reasons: set[str]) -> None:
+        """Drop the label children of a pod that left discovery."""
+        try:
+            self.scrape_duration.remove(pod)
+        except KeyError:
+            pass
+        for reason in reasons:
+            try:
+                self.scrape_errors.remove(pod, reason)
+            except KeyError:
+                pass

@@ -1,0 +1,160 @@
+"""Scrape one pod: fetch its metrics page, parse it, build a :class:`PodRecord`.
+
+No NATS here; the scraper needs only an aiohttp session, so tests drive it against plain HTTP
+servers. Every failure becomes a record with ``ready=False``, an ``error`` message and a short
+machine-readable ``reason`` (used as a metric label):
+
+    timeout      the whole fetch did not finish within the scrape timeout
+    connect      the TCP connection failed (refused, unreachable, DNS)
+    http_status  the pod answered with a status other than 200
+    http_error   any other HTTP client error (disconnect mid-response, bad framing)
+    too_large    the body exceeded the size limit
+    no_metrics   the page parsed but held none of the engine's metrics
+    parse        the parser raised (a bug: parsers count bad lines instead of raising)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from services.collector.discovery import PodTarget
+from services.collector.parsers import ParseResult, get_parser
+from shared.schemas import PodRecord
+
+log = logging.getLogger(__name__)
+
+_MAX_ERROR_CHARS = 240
+
+
+@dataclass(slots=True)
+class ScrapeOutcome:
+    record: PodRecord
+    duration_s: float
+    reason: str | None = None  # None on success
+    ignored_lines: int = 0
+
+
+class ScrapeFailed(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def record_from_result(
+    target: PodTarget, engine: str, result: ParseResult, scraped_at: float
+) -> PodRecord:
+    """A ready record from a parsed page (pure)."""
+    return PodRecord(
+        name=target.name,
+        url=target.url,
+        ready=True,
+        scraped_at=scraped_at,
+        models=list(result.models),
+        engine=engine,
+        waiting=result.waiting,
+        running=result.running,
+        kv_usage=result.kv_usage,
+        prefix_hit_rate=result.prefix_hit_rate,
+        lora_adapters=list(result.lora_adapters),
+    )
+
+
+def error_record(target: PodTarget, engine: str, error: str, scraped_at: float) -> PodRecord:
+    """A not-ready record carrying the failure (pure)."""
+    return PodRecord(
+        name=target.name,
+        url=target.url,
+        ready=False,
+        scraped_at=scraped_at,
+        engine=engine,
+        error=error[:_MAX_ERROR_CHARS],
+    )
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class Scraper:
+    """Fetches and parses one pod's metrics page per call to :meth:`scrape`.
+
+    ``clock`` gives unix time for ``scraped_at``; ``timer`` is a monotonic clock for durations.
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        engine: str = "vllm",
+        timeout_s: float = 1.0,
+        metrics_path: str = "/metrics",
+        max_body_bytes: int = 8 << 20,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._session = session
+        self.engine = engine
+        self._parse = get_parser(engine)
+        self.timeout_s = timeout_s
+        self._path = metrics_path
+        self._max_body = max_body_bytes
+        self._clock = clock
+        self._timer = timer
+
+    def metrics_url(self, target: PodTarget) -> str:
+        return target.url + self._path
+
+    async def _fetch(self, url: str) -> bytes:
+        async with self._session.get(url) as resp:
+            if resp.status != 200:
+                raise ScrapeFailed("http_status", f"GET {self._path} returned HTTP {resp.status}")
+            if resp.content_length is not None and resp.content_length > self._max_body:
+                raise ScrapeFailed("too_large", f"body of {resp.content_length} bytes")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.content.iter_any():
+                size += len(chunk)
+                if size > self._max_body:
+                    raise ScrapeFailed("too_large", f"body over {self._max_body} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+    async def scrape(self, target: PodTarget) -> ScrapeOutcome:
+        start = self._timer()
+        try:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    body = await self._fetch(self.metrics_url(target))
+            except TimeoutError:
+                raise ScrapeFailed(
+                    "timeout", f"no complete response within {self.timeout_s:g}s"
+                ) from None
+            except aiohttp.ClientConnectorError as e:
+                raise ScrapeFailed("connect", _describe(e)) from e
+            except aiohttp.ClientError as e:
+                raise ScrapeFailed("http_error", _describe(e)) from e
+            try:
+                result = self._parse(body.decode("utf-8", errors="replace"))
+            except Exception as e:
+                log.exception("parser failed on %s", target.name)
+                raise ScrapeFailed("parse", _describe(e)) from e
+            if result.found == 0:
+                raise ScrapeFailed("no_metrics", f"no {self.engine} metrics in the response")
+        except ScrapeFailed as f:
+            return ScrapeOutcome(
+                record=error_record(target, self.engine, f"{f.reason}: {f}", self._clock()),
+                duration_s=self._timer() - start,
+                reason=f.reason,
+            )
+        return ScrapeOutcome(
+            record=record_from_result(target, self.engine, result, self._clock()),
+            duration_s=self._timer() - start,
+            ignored_lines=result.ignored,
+        )

@@ -1,0 +1,257 @@
+"""The collector's scrape loop and its NATS/HTTP shell.
+
+:class:`Collector` runs cycles: every interval it starts a scrape of each discovered pod that
+has no scrape in flight, waits for them until the cycle's deadline, and publishes one
+:class:`PodSnapshot` holding each pod's latest record. All pods are scraped concurrently; a
+slow pod never delays the snapshot beyond one interval (its previous record is carried, with
+its old ``scraped_at``, until its own scrape finishes or times out) and never has two scrapes
+in flight, so cycles cannot pile up. The first cycle waits up to the scrape timeout so the
+first snapshot holds a real result for every pod.
+
+:class:`CollectorService` wires it to NATS, an aiohttp session (keep-alive) and the admin
+server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+from nats.aio.client import Client as NATS
+
+from services.collector.discovery import Discovery, PodTarget, StaticDiscovery
+from services.collector.metrics import CollectorMetrics
+from services.collector.scraper import ScrapeOutcome, Scraper, error_record
+from services.collector.settings import CollectorSettings
+from shared.admin import start_admin_server
+from shared.bus import connect_nats
+from shared.schemas import PodRecord, PodSnapshot
+from shared.subjects import Names
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[PodSnapshot], Awaitable[None]]
+
+
+def pending_record(target: PodTarget, engine: str, now: float) -> PodRecord:
+    """A newly discovered pod whose first scrape has not finished yet."""
+    return PodRecord(
+        name=target.name,
+        url=target.url,
+        ready=False,
+        scraped_at=now,
+        engine=engine,
+        error="pending: first scrape not finished",
+    )
+
+
+class Collector:
+    def __init__(
+        self,
+        discovery: Discovery,
+        scraper: Scraper,
+        publish: Publish,
+        *,
+        pool: str,
+        interval_s: float,
+        metrics: CollectorMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._discovery = discovery
+        self._scraper = scraper
+        self._publish = publish
+        self.pool = pool
+        self.interval_s = interval_s
+        self.metrics = metrics or CollectorMetrics()
+        self._clock = clock
+        self._latest: dict[str, PodRecord] = {}
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        self._reasons: dict[str, set[str]] = {}
+        self._current: set[str] = set()
+        self.cycles = 0
+        self.last_snapshot: PodSnapshot | None = None
+
+    # --- one pod -------------------------------------------------------------------------
+    def _record_outcome(self, name: str, outcome: ScrapeOutcome) -> None:
+        m = self.metrics
+        m.scrape_duration.labels(name).observe(outcome.duration_s)
+        if outcome.ignored_lines:
+            m.parse_ignored.inc(outcome.ignored_lines)
+        if outcome.reason is not None:
+            m.scrape_errors.labels(name, outcome.reason).inc()
+            self._reasons.setdefault(name, set()).add(outcome.reason)
+            prev = self._latest.get(name)
+            if prev is None or prev.ready:
+                log.warning("pod %s not ready: %s", name, outcome.record.error, extra={"pod": name})
+        elif (prev := self._latest.get(name)) is not None and not prev.ready:
+            log.info("pod %s ready again", name, extra={"pod": name})
+        self._latest[name] = outcome.record
+
+    async def _scrape(self, target: PodTarget) -> None:
+        try:
+            outcome = await self._scraper.scrape(target)
+        except Exception as e:  # a bug in the scraper must not kill the loop
+            log.exception("scrape of %s failed unexpectedly", target.name)
+            record = error_record(target, self._scraper.engine, f"internal: {e!r}", self._clock())
+            outcome = ScrapeOutcome(record=record, duration_s=0.0, reason="internal")
+        if target.name in self._current:  # drop results of pods that left meanwhile
+            self._record_outcome(target.name, outcome)
+
+    def _sync_targets(self, targets: list[PodTarget]) -> None:
+        names = {t.name for t in targets}
+        for gone in self._current - names:
+            task = self._inflight.pop(gone, None)
+            if task is not None:
+                task.cancel()
+            self._latest.pop(gone, None)
+            self.metrics.forget_pod(gone, self._reasons.pop(gone, set()))
+        self._current = names
+
+    # --- one cycle -----------------------------------------------------------------------
+    async def run_cycle(self, wait_s: float) -> PodSnapshot:
+        """Scrape (concurrently) every pod not already being scraped, wait up to ``wait_s``
+        for those scrapes, then publish and return the snapshot."""
+        started_at = time.perf_counter()
+        targets = list(self._discovery.targets())
+        self._sync_targets(targets)
+        started: list[asyncio.Task[None]] = []
+        for t in targets:
+            task = self._inflight.get(t.name)
+            if task is None or task.done():
+                task = asyncio.create_task(self._scrape(t), name=f"scrape-{t.name}")
+                self._inflight[t.name] = task
+                started.append(task)
+        if started:
+            await asyncio.wait(started, timeout=wait_s)
+        now = self._clock()
+        engine = self._scraper.engine
+        pods = [self._latest.get(t.name) or pending_record(t, engine, now) for t in targets]
+        snap = PodSnapshot(pool=self.pool, ts=now, pods=pods)
+        try:
+            await self._publish(snap)
+            self.metrics.snapshots_published.inc()
+        except Exception:
+            self.metrics.publish_errors.inc()
+            log.exception("publishing the pod snapshot failed")
+        self.metrics.pods_ready.set(sum(1 for p in pods if p.ready))
+        self.metrics.pods_total.set(len(pods))
+        self.metrics.cycle_duration.observe(time.perf_counter() - started_at)
+        self.cycles += 1
+        self.last_snapshot = snap
+        return snap
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Cycle every ``interval_s`` until ``stop`` is set; missed ticks are skipped."""
+        loop = asyncio.get_running_loop()
+        first = True
+        next_tick = loop.time()
+        try:
+            while not stop.is_set():
+                wait_s = self._scraper.timeout_s if first else self.interval_s * 0.9
+                first = False
+                await self.run_cycle(wait_s)
+                next_tick += self.interval_s
+                now = loop.time()
+                if next_tick < now:  # overran: skip the missed ticks, never burst
+                    next_tick = now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=max(0.0, next_tick - now))
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        tasks = list(self._inflight.values())
+        self._inflight.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class CollectorService:
+    """NATS connection + HTTP session + admin server around a :class:`Collector`."""
+
+    def __init__(self, settings: CollectorSettings, discovery: Discovery | None = None) -> None:
+        self.settings = settings
+        self.names = Names(settings.namespace)
+        self.subject = self.names.pod_snapshots(settings.pool)
+        self.discovery = discovery or StaticDiscovery(settings.pod_targets())
+        self.metrics = CollectorMetrics()
+        self.collector: Collector | None = None
+        self._nc: NATS | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._admin: web.AppRunner | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def health(self) -> dict:
+        c = self.collector
+        connected = self._nc is not None and self._nc.is_connected
+        cycles = c.cycles if c else 0
+        snap = c.last_snapshot if c else None
+        return {
+            "ready": connected and cycles > 0,
+            "nats_connected": connected,
+            "cycles": cycles,
+            "pods": len(snap.pods) if snap else 0,
+            "pods_ready": sum(1 for p in snap.pods if p.ready) if snap else 0,
+        }
+
+    async def _publish(self, snap: PodSnapshot) -> None:
+        assert self._nc is not None
+        await self._nc.publish(self.subject, snap.encode())
+
+    async def start(self) -> None:
+        s = self.settings
+        self._admin = await start_admin_server(
+            s.admin_host, s.admin_port, self.metrics.registry, self.health
+        )
+        log.info("connecting to NATS at %s", s.nats_url)
+        self._nc = await connect_nats(s.nats_url, f"collector-{s.pool}")
+        timeout_s = s.scrape_timeout_ms / 1000
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=max(30.0, timeout_s)),
+            headers={"Accept": "text/plain;version=0.0.4"},
+        )
+        await self.discovery.start()
+        scraper = Scraper(
+            self._session,
+            engine=s.engine,
+            timeout_s=timeout_s,
+            metrics_path=s.metrics_path,
+            max_body_bytes=s.max_body_bytes,
+        )
+        self.collector = Collector(
+            self.discovery,
+            scraper,
+            self._publish,
+            pool=s.pool,
+            interval_s=s.scrape_interval_ms / 1000,
+            metrics=self.metrics,
+        )
+        self._task = asyncio.create_task(self.collector.run(self._stop), name="collector-loop")
+        log.info(
+            "collector started: pool=%s pods=%d subject=%s interval=%sms",
+            s.pool,
+            len(self.discovery.targets()),
+            self.subject,
+            s.scrape_interval_ms,
+        )
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        await self.discovery.stop()
+        if self._session is not None:
+            await self._session.close()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.drain()
+        if self._admin is not None:
+            await self._admin.cleanup()

@@ -1,0 +1,137 @@
+"""The scraper against real HTTP servers on 127.0.0.1 (no NATS): parsed values, every failure
+reason, keep-alive reuse."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from services.collector.discovery import PodTarget
+from services.collector.scraper import Scraper
+from shared.embedded import free_port
+from tests.unit.test_collector_parsers import MODEL, vllm_page
+
+
+class FakePod:
+    """An aiohttp app serving a /metrics page the test controls."""
+
+    def __init__(self) -> None:
+        self.page = vllm_page()
+        self.status = 200
+        self.hang: asyncio.Event | None = None
+        self.peers: list[tuple] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.peers.append(request.transport.get_extra_info("peername"))
+        if self.hang is not None:
+            await self.hang.wait()
+        return web.Response(text=self.page, status=self.status, content_type="text/plain")
+
+    async def start(self) -> FakePod:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self.runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self.hang is not None:
+            self.hang.set()
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+@pytest.fixture
+async def pod():
+    p = await FakePod().start()
+    yield p
+    await p.stop()
+
+
+@pytest.fixture
+async def session():
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def test_scrape_ok_with_keepalive(pod, session):
+    pod.page = vllm_page(waiting=4, running=9, kv=0.5, hits=10, queries=40, lora_running="a,b")
+    scraper = Scraper(session, timeout_s=5.0, clock=lambda: 42.0)
+    target = PodTarget("pod-0", pod.url)
+    for _ in range(3):
+        out = await scraper.scrape(target)
+        assert out.reason is None
+        r = out.record
+        assert (r.name, r.url, r.ready, r.scraped_at, r.error) == (
+            "pod-0",
+            pod.url,
+            True,
+            42.0,
+            None,
+        )
+        assert (r.waiting, r.running, r.kv_usage, r.prefix_hit_rate) == (4, 9, 0.5, 0.25)
+        assert r.models == [MODEL] and r.engine == "vllm"
+        assert out.record.lora_adapters == ["a", "b"]
+        assert out.duration_s >= 0
+    assert len(pod.peers) == 3 and len(set(pod.peers)) == 1  # one kept-alive connection
+
+
+async def test_scrape_http_status(pod, session):
+    pod.status = 503
+    out = await Scraper(session, timeout_s=5.0).scrape(PodTarget("p", pod.url))
+    assert out.reason == "http_status" and not out.record.ready
+    assert "503" in out.record.error
+
+
+async def test_scrape_no_metrics(pod, session):
+    pod.page = "# HELP nothing here\nprocess_cpu_seconds_total 1.0\n"
+    out = await Scraper(session, timeout_s=5.0).scrape(PodTarget("p", pod.url))
+    assert out.reason == "no_metrics" and not out.record.ready
+
+
+async def test_scrape_too_large(pod, session):
+    out = await Scraper(session, timeout_s=5.0, max_body_bytes=100).scrape(PodTarget("p", pod.url))
+    assert out.reason == "too_large" and not out.record.ready
+
+
+async def test_scrape_timeout(pod, session):
+    pod.hang = asyncio.Event()
+    out = await Scraper(session, timeout_s=0.2).scrape(PodTarget("p", pod.url))
+    assert out.reason == "timeout" and not out.record.ready
+    assert out.record.error.startswith("timeout")
+
+
+async def test_scrape_connection_refused(session):
+    url = f"http://127.0.0.1:{free_port()}"
+    out = await Scraper(session, timeout_s=5.0).scrape(PodTarget("gone", url))
+    assert out.reason == "connect" and not out.record.ready
+    assert out.record.error.startswith("connect")
+    out.record.validate()
+
+
+async def test_scrape_custom_metrics_path(session):
+    async def stats(_: web.Request) -> web.Response:
+        return web.Response(text=vllm_page(waiting=1))
+
+    app = web.Application()
+    app.router.add_get("/stats", stats)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        host, port = runner.addresses[0][:2]
+        target = PodTarget("p", f"http://{host}:{port}")
+        out = await Scraper(session, timeout_s=5.0, metrics_path="/stats").scrape(target)
+        assert out.reason is None and out.record.waiting == 1.0
+    finally:
+        await runner.cleanup()
