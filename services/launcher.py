@@ -8,6 +8,7 @@ stops every child (newest first) on Ctrl-C / SIGTERM. The e2e tests drive the sa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,16 +48,20 @@ class Child:
     service: str
     proc: subprocess.Popen
     health_url: str
+    check: Callable[[dict], bool] | None = None
 
 
 class StackError(RuntimeError):
     pass
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, check: Callable[[dict], bool] | None = None) -> bool:
+    """200 from ``url`` and, if given, ``check`` accepts its JSON body."""
     try:
         with urllib.request.urlopen(url, timeout=1.0) as r:
-            return r.status == 200
+            if r.status != 200:
+                return False
+            return check is None or bool(check(json.loads(r.read())))
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
@@ -144,6 +149,8 @@ class Stack:
             {"HEADROOM_GATEWAY_HOST": c.host, "HEADROOM_GATEWAY_PORT": str(c.gateway_port)},
             f"{self.gateway_url}/health",
         )
+        # Up means the gateway already sees every pod as ready (first snapshots arrived).
+        gw.check = lambda body: body.get("pods", {}).get("ready", 0) >= c.pods
         self._wait([gw])
 
     def _admin_service(self, name: str, service: str, prefix: str, env: dict[str, str]) -> Child:
@@ -198,7 +205,7 @@ class Stack:
             for ch in list(pending):
                 if ch.proc.poll() is not None:
                     raise StackError(f"{ch.name} exited with code {ch.proc.returncode}")
-                if _healthy(ch.health_url):
+                if _healthy(ch.health_url, ch.check):
                     pending.remove(ch)
             if pending and time.monotonic() > deadline:
                 raise StackError(

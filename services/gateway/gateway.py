@@ -23,12 +23,16 @@ from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
 from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import prompt_tokens
+from services.gateway.request_headers import RequestObjectives
 from services.gateway.samples import SamplePublisher
-from services.gateway.scheduling.fallback import composite_scores
-from services.gateway.scheduling.picker import Prediction, rank
+from services.gateway.scheduling.config import SchedulingConfig, load_config
+from services.gateway.scheduling.cycle import SchedulingRequest
+from services.gateway.scheduling.params import ConfigError
 from services.gateway.scheduling.pod_view import Candidate, PodView
+from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.scheduling.rows import build_candidate_rows
+from services.gateway.scheduling.scheduler import Scheduler
 from services.gateway.settings import GatewaySettings
 from shared.bus import connect_nats, ensure_samples_stream
 from shared.schemas import PodSnapshot, SchemaError
@@ -51,11 +55,14 @@ class RoutedPod:
 @dataclass(frozen=True, slots=True)
 class RoutingDecision:
     ranked: list[RoutedPod]  # best first
-    path: str  # predicted | fallback
+    path: str  # predicted | fallback | heuristic
     reason: str | None  # fallback reason
     model_version: str | None
     input_tokens: int
     hashes: list[int]
+    profile: str = ""
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
 
 
 class Gateway:
@@ -71,6 +78,17 @@ class Gateway:
         self.rng = rng or random.Random()
         self.clock = clock
         self.metrics = GatewayMetrics()
+        # the profiles file and the active profile are checked here: a bad config fails start
+        self.scheduling: SchedulingConfig = load_config(settings.profiles_path or None)
+        timer = self.metrics.plugin_timer()
+        self.schedulers: dict[str, Scheduler] = {
+            name: self.scheduling.scheduler(name, timer) for name in self.scheduling.profiles
+        }
+        if settings.profile not in self.schedulers:
+            raise ConfigError(
+                f"{self.scheduling.source}: unknown profile '{settings.profile}' "
+                f"(known: {', '.join(self.schedulers)})"
+            )
         self.view = PodView(stale_after_s=settings.stale_after_s)
         self.index = PrefixIndex(settings.prefix_block_tokens, settings.prefix_index_blocks)
         self.nc: NATS | None = None
@@ -142,8 +160,12 @@ class Gateway:
         self.metrics.pods.labels("stale").set(counts.stale)
 
     # --- routing ------------------------------------------------------------------------
-    async def route(self, req: ParsedRequest) -> RoutingDecision:
-        """Rank the candidate pods for ``req``. Raises GatewayError 404/503."""
+    async def route(
+        self, req: ParsedRequest, objectives: RequestObjectives | None = None
+    ) -> RoutingDecision:
+        """Rank the candidate pods for ``req`` with the active (or requested) profile.
+        Raises GatewayError 404/503 (no pod, or shed by an admitter)."""
+        obj = objectives or RequestObjectives()
         now = self.clock()
         cands = self.view.candidates(req.model, now)
         if not cands:
@@ -154,28 +176,52 @@ class Gateway:
             tokens = prompt_tokens(req.texts)
         hashes = self.index.hashes(tokens)
         cr = build_candidate_rows(cands, len(tokens), hashes, self.index)
+        profile = obj.profile or self.settings.profile
+        sched = self.schedulers[profile]
+        priority = obj.priority
+        if priority is None:
+            priority = self.scheduling.objective(req.model).priority
+        sreq = SchedulingRequest(
+            model=req.model, input_tokens=len(tokens), prefix_hashes=hashes,
+            slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms, priority=priority,
+            max_tokens=req.max_tokens or self.settings.default_max_tokens,
+            streaming=req.stream, profile=profile,
+        )  # fmt: skip
 
-        assert self.predictor is not None, "gateway not started"
+        preds: list[Prediction] | None = None
+        reason = version = None
+        if sched.needs_predictions:
+            assert self.predictor is not None, "gateway not started"
+            timeout_ms = self.settings.predict_timeout_ms
+            if sched.predict_budget_ms is not None:
+                timeout_ms = min(timeout_ms, sched.predict_budget_ms)
+            t0 = time.perf_counter()
+            outcome = await self.predictor.predict(cr.rows, timeout_s=timeout_ms / 1000)
+            self.metrics.predict_seconds.observe(time.perf_counter() - t0)
+            preds, reason, version = outcome.predictions, outcome.reason, outcome.model_version
+
         t0 = time.perf_counter()
-        outcome = await self.predictor.predict(cr.rows)
-        self.metrics.predict_seconds.observe(time.perf_counter() - t0)
-
-        preds = outcome.predictions
-        if preds is not None:
-            order = rank(self.rng, predictions=preds)
-            path, reason = "predicted", None
-        else:
-            order = rank(self.rng, composite=composite_scores([c.load for c in cands],
-                                                              cr.prefix_scores))  # fmt: skip
-            path, reason = "fallback", outcome.reason
-        self.metrics.routing.labels(path, reason or "ok").inc()
+        decision = sched.schedule(
+            sreq, cr, preds, now=self.clock(), rng=self.rng, fallback_reason=reason
+        )
+        self.metrics.schedule_seconds.labels(profile).observe(time.perf_counter() - t0)
+        self.metrics.routing.labels(decision.path, decision.fallback_reason or "ok").inc()
+        if not decision.admitted:
+            why = decision.reject_reason or "rejected"
+            self.metrics.shed.labels(req.model, why).inc()
+            raise GatewayError(
+                503, decision.reject_message or f"request shed: {why}",
+                type="service_unavailable", code=why,
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            )  # fmt: skip
         ranked = [
             RoutedPod(cands[i], cr.rows[i], cr.prefix_scores[i], preds[i] if preds else None)
-            for i in order
+            for i in decision.ranked
         ]
         return RoutingDecision(
-            ranked, path, reason, outcome.model_version if preds else None, len(tokens), hashes
-        )
+            ranked, decision.path, decision.fallback_reason, version if preds else None,
+            len(tokens), hashes, profile, obj.slo_ttft_ms, obj.slo_tpot_ms,
+        )  # fmt: skip
 
     def _no_candidate_error(self, model: str, now: float) -> GatewayError:
         retry = {"Retry-After": str(self.settings.retry_after_s)}

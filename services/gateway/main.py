@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 
+from services.gateway.scheduling.params import ConfigError
 from services.gateway.server import GatewayStartupInterrupted, start_gateway
 from services.gateway.settings import GatewaySettings
 from shared.logs import setup_logging
@@ -23,6 +24,9 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
     except GatewayStartupInterrupted:
         log.info("gateway stopped before it finished starting")
         return
+    except ConfigError as e:
+        log.error("invalid scheduling config: %s", e)
+        raise SystemExit(2) from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:

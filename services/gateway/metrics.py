@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from services.gateway.scheduling.plugin import Plugin
+from services.gateway.scheduling.scheduler import PluginTimer
+
 _LATENCY_BUCKETS = (
     0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0,
     40.0, 80.0,
@@ -13,6 +16,7 @@ _TPOT_BUCKETS = (
     0.2, 0.3, 0.5, 1.0, 2.5,
 )  # fmt: skip
 _PREDICT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+_PLUGIN_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
 
 class GatewayMetrics:
@@ -77,3 +81,40 @@ class GatewayMetrics:
             "Predicted time per output token of the chosen pod",
             ["model_name"], buckets=_TPOT_BUCKETS, registry=r,
         )  # fmt: skip
+        self.ttft_slo_violations = Counter(
+            "inference_objective_request_ttft_slo_violation",
+            "Requests whose observed TTFT exceeded their TTFT SLO header",
+            ["model_name"], registry=r,
+        )  # fmt: skip
+        self.slo_violations = Counter(
+            "inference_objective_request_slo_violation",
+            "Requests that missed an SLO header, by type (ttft|tpot)",
+            ["model_name", "type"], registry=r,
+        )  # fmt: skip
+        self.shed = Counter(
+            "headroom_gateway_requests_shed",
+            "Requests refused with 503 by an admitter, by reason",
+            ["model_name", "reason"], registry=r,
+        )  # fmt: skip
+        self.schedule_seconds = Histogram(
+            "headroom_gateway_scheduler_duration_seconds",
+            "Duration of one scheduling cycle (all plugins of the profile)",
+            ["profile"], buckets=_PLUGIN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.plugin_seconds = Histogram(
+            "headroom_gateway_scheduler_plugin_duration_seconds",
+            "Duration of one plugin call, by plugin kind, type and name",
+            ["kind", "plugin_type", "plugin_name"], buckets=_PLUGIN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._plugin_children: dict[Plugin, object] = {}
+
+    def _observe_plugin(self, plugin: Plugin, seconds: float) -> None:
+        child = self._plugin_children.get(plugin)
+        if child is None:
+            child = self.plugin_seconds.labels(plugin.KIND, plugin.TYPE, plugin.name)
+            self._plugin_children[plugin] = child
+        child.observe(seconds)  # type: ignore[attr-defined]
+
+    def plugin_timer(self) -> PluginTimer:
+        """The scheduler hook that times every plugin call into ``plugin_seconds``."""
+        return PluginTimer(self._observe_plugin)

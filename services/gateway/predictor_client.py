@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from services.gateway.scheduling.picker import Prediction
+from services.gateway.scheduling.prediction import Prediction
 from shared.schemas import (
     PREDICT_NOT_READY,
     PREDICT_OK,
@@ -46,10 +46,14 @@ class PredictorClient:
         self.subject = subject
         self.timeout_s = timeout_s
 
-    async def predict(self, rows: Sequence[list[float]]) -> PredictOutcome:
+    async def predict(
+        self, rows: Sequence[list[float]], timeout_s: float | None = None
+    ) -> PredictOutcome:
+        """One request for all rows; ``timeout_s`` overrides the client's deadline."""
         payload = PredictRequest(rows=[list(r) for r in rows]).encode()
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
-            msg = await self.nc.request(self.subject, payload, timeout=self.timeout_s)
+            msg = await self.nc.request(self.subject, payload, timeout=timeout)
         except nats.errors.NoRespondersError:
             return PredictOutcome(None, reason=REASON_NO_RESPONDERS)
         except nats.errors.TimeoutError:

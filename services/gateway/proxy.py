@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from services.gateway.errors import GatewayError, error_response, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
 from services.gateway.openai_request import Kind, ParsedRequest, parse_request
+from services.gateway.request_headers import parse_objective_headers
 from services.gateway.stream_accumulator import StreamAccumulator
 from services.gateway.upstream import (
     PodFailure,
@@ -41,8 +42,11 @@ async def handle(gw: Gateway, request: Request, kind: Kind) -> Response:
     endpoint = _PATHS[kind]
     request_id = uuid.uuid4().hex
     try:
+        objectives = parse_objective_headers(
+            request.headers, gw.schedulers, gw.settings.allow_profile_header
+        )
         parsed = parse_request(await request.body(), kind)
-        decision = await gw.route(parsed)
+        decision = await gw.route(parsed, objectives)
     except GatewayError as e:
         gw.metrics.requests.labels(endpoint, str(e.status)).inc()
         return error_response(e, {"x-request-id": request_id})
@@ -51,6 +55,8 @@ async def handle(gw: Gateway, request: Request, kind: Kind) -> Response:
 
 def _routing_headers(request_id: str, pod: str, decision: RoutingDecision) -> dict[str, str]:
     h = {"x-request-id": request_id, "x-headroom-pod": pod, "x-headroom-routing": decision.path}
+    if decision.profile:
+        h["x-headroom-profile"] = decision.profile
     if decision.reason:
         h["x-headroom-fallback-reason"] = decision.reason
     if decision.model_version:
@@ -75,7 +81,9 @@ async def _dispatch(
     for n, routed in enumerate(attempts):
         pod = routed.candidate
         uncached = (1.0 - routed.prefix_score) * decision.input_tokens
-        gw.view.on_dispatch(request_id, pod.name, uncached, max_tokens, gw.clock())
+        gw.view.on_dispatch(
+            request_id, pod.name, uncached, max_tokens, gw.clock(), decision.slo_tpot_ms
+        )
         t0 = time.perf_counter()
         try:
             stream, first = await open_stream(
@@ -233,9 +241,14 @@ class _Exchange:
         if acc.first_token_at is not None:
             ttft_ms = (acc.first_token_at - self.t0) * 1000
             gw.metrics.ttft.labels(model).observe(ttft_ms / 1000)
+            if decision.slo_ttft_ms is not None and ttft_ms > decision.slo_ttft_ms:
+                gw.metrics.ttft_slo_violations.labels(model).inc()
+                gw.metrics.slo_violations.labels(model, "ttft").inc()
             if acc.token_chunks >= 2:
                 tpot_ms = (e2e_ms - ttft_ms) / (acc.token_chunks - 1)
                 gw.metrics.tpot.labels(model).observe(tpot_ms / 1000)
+                if decision.slo_tpot_ms is not None and tpot_ms > decision.slo_tpot_ms:
+                    gw.metrics.slo_violations.labels(model, "tpot").inc()
         pred = routed.prediction
         if pred is not None:
             gw.metrics.predicted_ttft.labels(model).observe(pred.ttft_ms / 1000)

@@ -16,7 +16,10 @@ class GatewaySettings(CommonSettings):
     host: str = Field("127.0.0.1", description="Bind address of the OpenAI API")
     port: int = Field(8080, ge=0, le=65535, description="Port of the OpenAI API (0 = any free)")
     predict_timeout_ms: float = Field(
-        100.0, gt=0, description="Deadline of one prediction request to the predictors"
+        100.0,
+        gt=0,
+        description="Deadline of one prediction request to the predictors (the profile's "
+        "producer budgetMs caps it further)",
     )
     stale_after_s: float = Field(
         2.0, gt=0, description="A pod record older than this uses the gateway's own counts"
@@ -38,4 +41,11 @@ class GatewaySettings(CommonSettings):
     )
     sample_publish_timeout_s: float = Field(
         5.0, gt=0, description="JetStream publish timeout of one training sample"
+    )
+    profiles_path: str = Field(
+        "", description="Scheduling profiles YAML file (empty: the shipped profiles.yaml)"
+    )
+    profile: str = Field("headroom", description="Active scheduling profile (a name in the file)")
+    allow_profile_header: bool = Field(
+        True, description="Let a request choose its profile with the x-headroom-profile header"
     )

@@ -150,3 +150,25 @@ def test_counters_never_negative_and_return_to_zero(ops):
         v.on_finish(f"r{rid}")
     assert v.in_flight("a") == v.in_flight("b") == (0, 0.0, 0.0)
     assert v.total_in_flight() == 0
+
+
+def test_candidates_carry_in_flight_counts_and_the_tightest_tpot_slo():
+    v = view(rec("a"), rec("b"))
+    v.on_dispatch("r1", "a", 10, 10, now=100.1, tpot_slo_ms=40.0)
+    v.on_dispatch("r2", "a", 10, 10, now=100.1, tpot_slo_ms=25.0)
+    v.on_dispatch("r3", "a", 10, 10, now=100.1)
+    v.on_dispatch("r4", "b", 10, 10, now=100.1)
+    a, b = v.candidates(MODEL, now=100.5)
+    assert (a.in_flight, a.tightest_tpot_slo_ms) == (3, 25.0)
+    assert (b.in_flight, b.tightest_tpot_slo_ms) == (1, None)
+    v.on_first_token("r2")
+    v.on_finish("r2")
+    assert v.candidates(MODEL, now=100.5)[0].tightest_tpot_slo_ms == 40.0
+    v.on_finish("r1")
+    v.on_finish("r3")
+    a, _ = v.candidates(MODEL, now=100.5)
+    assert (a.in_flight, a.tightest_tpot_slo_ms) == (0, None)
+    # a retry on another pod moves the SLO with the request
+    v.on_dispatch("r4", "a", 10, 10, now=100.2, tpot_slo_ms=10.0)
+    a, b = v.candidates(MODEL, now=100.5)
+    assert (a.tightest_tpot_slo_ms, b.in_flight, b.tightest_tpot_slo_ms) == (10.0, 0, None)

@@ -1,15 +1,11 @@
-"""Prefix index, composite fallback score, picker and candidate rows."""
+"""Prefix index, composite fallback score and candidate rows (the pickers are tested in
+test_scheduling_plugins.py)."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from services.gateway.scheduling.fallback import composite_scores
-from services.gateway.scheduling.picker import Prediction, latency_scores, minmax, rank
+from services.gateway.scheduling.fallback import composite_scores, composite_values
 from services.gateway.scheduling.pod_view import PodView
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.scheduling.rows import build_candidate_rows
@@ -94,68 +90,22 @@ def test_composite_scores(loads, prefix, expected):
 def test_composite_length_mismatch():
     with pytest.raises(ValueError):
         composite_scores([PodLoad(0, 0, 0)], [])
-
-
-# --- picker ------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("xs", "expected"),
-    [([], []), ([3.0], [0.0]), ([2.0, 2.0], [0.0, 0.0]), ([1.0, 3.0, 2.0], [0.0, 1.0, 0.5])],
-)
-def test_minmax(xs, expected):
-    assert minmax(xs) == expected
+    with pytest.raises(ValueError):
+        composite_values([0.1], [1.0, 2.0], [0.0])
 
 
 @pytest.mark.parametrize(
-    ("preds", "best"),
+    ("weights", "expected"),
     [
-        ([Prediction(100, 10), Prediction(50, 10), Prediction(70, 10)], 1),
-        # TTFT dominates: 0.8 weight
-        ([Prediction(100, 5), Prediction(90, 50)], 1),
-        # equal TTFT: TPOT decides
-        ([Prediction(100, 20), Prediction(100, 10)], 1),
+        ((1.0, 1.0, 1.0), [(0.9 + 0.0 + 1.0) / 3, (0.1 + 1.0 + 0.0) / 3]),
+        ((0.0, 1.0, 0.0), [0.0, 1.0]),
+        ((2.0, 0.0, 1.0), [(2 * 0.9 + 1.0) / 3, 2 * 0.1 / 3]),
+        ((0.0, 0.0, 0.0), [0.0, 0.0]),
     ],
 )
-def test_rank_with_predictions_lowest_wins(preds, best):
-    assert rank(random.Random(0), predictions=preds)[0] == best
-
-
-def test_latency_scores_weights():
-    s = latency_scores([Prediction(0, 10), Prediction(10, 0)])
-    assert s == pytest.approx([0.2, 0.8])
-
-
-def test_rank_with_composite_highest_wins_and_returns_full_order():
-    assert rank(random.Random(0), composite=[0.1, 0.9, 0.5]) == [1, 2, 0]
-
-
-def test_predictions_take_precedence():
-    order = rank(random.Random(0), predictions=[Prediction(1, 1), Prediction(9, 9)],
-                 composite=[0.0, 1.0])  # fmt: skip
-    assert order == [0, 1]
-
-
-def test_ties_broken_by_rng():
-    firsts = {rank(random.Random(seed), composite=[0.5, 0.5, 0.5])[0] for seed in range(40)}
-    assert firsts == {0, 1, 2}
-    # reproducible by seed
-    assert rank(random.Random(7), composite=[0.5] * 5) == rank(
-        random.Random(7), composite=[0.5] * 5
-    )
-
-
-def test_rank_needs_inputs():
-    with pytest.raises(ValueError):
-        rank(random.Random(0))
-
-
-@given(st.lists(st.tuples(st.floats(0, 1e5), st.floats(0, 1e3)), min_size=1, max_size=20),
-       st.integers(0, 1000))  # fmt: skip
-def test_rank_is_a_permutation_with_a_minimal_score_first(pairs, seed):
-    preds = [Prediction(a, b) for a, b in pairs]
-    order = rank(random.Random(seed), predictions=preds)
-    assert sorted(order) == list(range(len(preds)))
-    scores = latency_scores(preds)
-    assert scores[order[0]] == min(scores)
+def test_composite_values_weights(weights, expected):
+    got = composite_values([0.1, 0.9], [4.0, 0.0], [1.0, 0.0], weights)
+    assert got == pytest.approx(expected)
 
 
 # --- candidate rows ---------------------------------------------------------------------
@@ -174,3 +124,4 @@ def test_candidate_rows_come_from_build_row():
     assert cr.prefix_scores == [0.0, 0.5]
     assert cr.rows == [build_row(16, 0.0, cands[0].load), build_row(16, 0.5, cands[1].load)]
     assert cr.uncached_tokens(1, 16) == 8.0
+    assert cr.cached_blocks == [0, 2]

@@ -33,6 +33,7 @@ class _Ticket:
     max_tokens: float
     dispatched_at: float
     decoding: bool = False
+    tpot_slo_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -42,18 +43,28 @@ class _InFlight:
     decode_tokens: float = 0.0
     prefilling: int = 0
     decoding: int = 0
+    slo_tickets: int = 0  # tickets carrying a TPOT SLO
     tickets: dict[str, _Ticket] = field(default_factory=dict)
+
+    def tightest_tpot_slo(self) -> float | None:
+        if not self.slo_tickets:
+            return None
+        return min(t.tpot_slo_ms for t in self.tickets.values() if t.tpot_slo_ms is not None)
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A ready pod serving the requested model, with the load the feature row is built from."""
+    """A ready pod serving the requested model, with the load the feature row is built from,
+    the number of requests this gateway has in flight on it and the tightest TPOT SLO among
+    them (None when none carries one)."""
 
     name: str
     url: str
     load: PodLoad
     stale: bool
-    record: PodRecord
+    record: PodRecord | None = None
+    in_flight: int = 0
+    tightest_tpot_slo_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +122,13 @@ class PodView:
             rec = self._records[name]
             if not rec.ready or model not in rec.models:
                 continue
-            out.append(Candidate(name, rec.url, self._load(rec, now), self.is_stale(rec, now), rec))
+            fl = self._inflight.get(name)
+            out.append(
+                Candidate(
+                    name, rec.url, self._load(rec, now), self.is_stale(rec, now), rec,
+                    fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
+                )
+            )  # fmt: skip
         return out
 
     def _load(self, rec: PodRecord, now: float) -> PodLoad:
@@ -148,16 +165,23 @@ class PodView:
         return sum(1 for t in fl.tickets.values() if t.dispatched_at > rec.scraped_at)
 
     def on_dispatch(
-        self, request_id: str, pod: str, prefill_tokens: float, max_tokens: float, now: float
+        self,
+        request_id: str,
+        pod: str,
+        prefill_tokens: float,
+        max_tokens: float,
+        now: float,
+        tpot_slo_ms: float | None = None,
     ) -> None:
-        """A request was sent to ``pod``. A request id already in flight is finished first
-        (a retry on another pod reuses the id)."""
+        """A request was sent to ``pod`` (with its TPOT SLO, if any). A request id already in
+        flight is finished first (a retry on another pod reuses the id)."""
         self.on_finish(request_id)
-        t = _Ticket(pod, max(0.0, prefill_tokens), max(0.0, max_tokens), now)
+        t = _Ticket(pod, max(0.0, prefill_tokens), max(0.0, max_tokens), now, False, tpot_slo_ms)
         self._tickets[request_id] = t
         fl = self._inflight.setdefault(pod, _InFlight())
         fl.tickets[request_id] = t
         fl.requests += 1
+        fl.slo_tickets += tpot_slo_ms is not None
         fl.prefilling += 1
         fl.prefill_tokens += t.prefill_tokens
 
@@ -183,6 +207,7 @@ class PodView:
         fl = self._inflight[t.pod]
         del fl.tickets[request_id]
         fl.requests -= 1
+        fl.slo_tickets -= t.tpot_slo_ms is not None
         if t.decoding:
             fl.decoding -= 1
             fl.decode_tokens = _clamp(fl.decode_tokens - t.max_tokens)

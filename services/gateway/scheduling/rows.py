@@ -1,4 +1,5 @@
-"""Per-request scheduling inputs: prefix scores and feature rows for every candidate pod.
+"""Per-request scheduling inputs: prefix scores, feature rows and prefix-index sizes for every
+candidate pod.
 
 Rows come only from :func:`shared.features.build_row`, one per candidate, in candidate order;
 the chosen pod's exact row is what the training sample carries.
@@ -21,6 +22,7 @@ class CandidateRows:
     candidates: list[Candidate]
     prefix_scores: list[float]
     rows: list[list[float]]
+    cached_blocks: list[int] | None = None  # prefix-index blocks per pod (None: unknown)
 
     def uncached_tokens(self, i: int, input_tokens: int) -> float:
         """Prompt tokens candidate ``i`` is expected to prefill (not covered by its cache)."""
@@ -36,4 +38,4 @@ def build_candidate_rows(
     cands = list(candidates)
     scores = index.scores((c.name for c in cands), hashes)
     rows = [build_row(input_tokens, s, c.load) for c, s in zip(cands, scores, strict=True)]
-    return CandidateRows(cands, scores, rows)
+    return CandidateRows(cands, scores, rows, [index.blocks(c.name) for c in cands])

@@ -1,0 +1,215 @@
+"""The Scheduler: cycle order, paths, shedding, ranking, the timing hook, and the shipped
+profiles end to end on hand-built candidates."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.gateway.scheduling.config import load_config
+from services.gateway.scheduling.cycle import SchedulingRequest
+from services.gateway.scheduling.plugins.filters import PrefixCacheAffinityFilter
+from services.gateway.scheduling.plugins.pickers import MaxScorePicker
+from services.gateway.scheduling.plugins.scorers import KvCacheUtilizationScorer, QueueScorer
+from services.gateway.scheduling.scheduler import PluginTimer, Scheduler
+from tests.unit.scheduling_helpers import P, predictions_of, req, rows_of
+
+CFG = load_config()
+BUSY = {"running": 3, "in_flight": 3, "kv": 0.5}
+
+
+def run(profile, pods, request=None, seed=0, reason=None, **kw):
+    sched = CFG.scheduler(profile, **kw)
+    preds = predictions_of(pods) if sched.needs_predictions else None
+    return sched.schedule(request or req(), rows_of(pods), preds, now=0.0,
+                          rng=random.Random(seed), fallback_reason=reason)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("profile", "pods", "path", "reason"),
+    [
+        ("headroom", [P(pred=(1, 1))], "predicted", None),
+        ("headroom", [P()], "fallback", "timeout"),
+        ("llmd-predicted", [P()], "fallback", "timeout"),
+        ("gie-default", [P()], "heuristic", None),
+        ("round-robin", [P(pred=(1, 1))], "heuristic", None),
+    ],
+)
+def test_paths(profile, pods, path, reason):
+    d = run(profile, pods, reason="timeout")
+    assert (d.path, d.fallback_reason, d.admitted, d.ranked) == (path, reason, True, [0])
+    assert d.profile == profile
+
+
+def test_fallback_reason_defaults_to_no_predictions():
+    assert run("headroom", [P()]).fallback_reason == "no_predictions"
+
+
+def test_predicted_values_of_the_chosen_pod():
+    d = run("headroom", [P(pred=(100, 10), **BUSY), P(pred=(50, 20), **BUSY)])
+    assert d.chosen == 1 and (d.predicted_ttft_ms, d.predicted_tpot_ms) == (50, 20)
+    d = run("headroom", [P(), P()])
+    assert d.predicted_ttft_ms is None and d.predicted_tpot_ms is None
+
+
+def test_ranking_lists_every_candidate_filtered_ones_last():
+    pods = [P(prefix=0.0, pred=(10, 1)), P(prefix=1.0, pred=(100, 10)), P(prefix=0.0, pred=(5, 1))]
+    sched = Scheduler("t", [(PrefixCacheAffinityFilter.create(epsilon=0), 1.0),
+                            (MaxScorePicker.create(), 1.0)])  # fmt: skip
+    d = sched.schedule(req(), rows_of(pods), predictions_of(pods), now=0, rng=random.Random(0))
+    assert d.ranked == [1, 0, 2]
+    assert d.scores == [None, 0.0, None]
+    assert d.notes == {"prefix-cache-affinity-filter": "sticky"}
+
+
+def test_scorers_are_weighted_and_summed():
+    pods = [P(waiting=0, kv=0.9), P(waiting=10, kv=0.0)]
+    sched = Scheduler("t", [(QueueScorer.create(), 2.0), (KvCacheUtilizationScorer.create(), 3.0),
+                            (MaxScorePicker.create(), 1.0)])  # fmt: skip
+    d = sched.schedule(req(), rows_of(pods), None, now=0, rng=random.Random(0))
+    assert d.scores == pytest.approx([2 * 1 + 3 * 0.1, 2 * 0 + 3 * 1.0])
+    assert d.ranked == [1, 0]
+
+
+def test_shedding_decision():
+    pods = [P(pred=(900, 10), **BUSY), P(pred=(800, 10), **BUSY)]
+    for profile in ("headroom", "llmd-predicted"):
+        d = run(profile, pods, req(ttft=200, tpot=50, priority=-1))
+        assert not d.admitted and d.ranked == [] and d.chosen is None
+        assert d.reject_reason == "slo_unattainable" and "TTFT 200 ms" in d.reject_message
+        assert d.path == "predicted"
+        # the same request at priority 0 is routed, to the faster pod
+        d = run(profile, pods, req(ttft=200, tpot=50, priority=0))
+        assert d.admitted
+    assert run("headroom", pods, req(ttft=200, priority=0)).chosen == 1
+    # heuristic profiles never shed
+    assert run("gie-default", pods, req(ttft=200, priority=-1)).admitted
+
+
+def test_slo_headers_change_the_choice():
+    # pod 0 holds the prefix (cheap TTFT) but decodes slowly; pod 1 decodes fast
+    pods = [P(prefix=0.5, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]
+    assert run("headroom", pods).chosen == 0
+    assert run("headroom", pods, req(ttft=500, tpot=20)).chosen == 1
+
+
+def test_slo_headers_beat_prefix_affinity_only_in_headroom():
+    # pod 0 holds the whole prefix but decodes too slowly for the TPOT SLO
+    pods = [P(prefix=1.0, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]
+    slo = req(ttft=500, tpot=20)
+    assert run("headroom", pods).chosen == 0
+    assert run("headroom", pods, slo).chosen == 1
+    llmd = Counter(run("llmd-predicted", pods, slo, seed=s).chosen for s in range(200))
+    assert llmd[0] >= 190  # upstream: affinity runs before the SLO tiers
+
+
+def test_headroom_is_deterministic_and_llmd_is_weighted_random():
+    pods = [P(pred=(100 + 10 * i, 10), **BUSY) for i in range(8)]
+    head = Counter(run("headroom", pods, seed=s).chosen for s in range(200))
+    llmd = Counter(run("llmd-predicted", pods, seed=s).chosen for s in range(200))
+    assert head == {0: 200}
+    assert len(llmd) >= 6 and llmd[7] == min(llmd.values())
+
+
+def test_llmd_affinity_gates_strict_then_loose():
+    pods = [P(prefix=0.9, pred=(500, 10), **BUSY), P(prefix=1.0, pred=(900, 10), **BUSY),
+            P(pred=(100, 10), **BUSY)]  # fmt: skip
+    chosen = Counter(run("llmd-predicted", pods, seed=s).chosen for s in range(300))
+    assert chosen[1] >= 280  # the strict gate keeps only the full match (bar 1% exploration)
+    # beyond the 5 s load gate the strict gate opens; the loose one keeps pods 0 and 1
+    pods[1] = P(prefix=1.0, pred=(9000, 10), **BUSY)
+    chosen = Counter(run("llmd-predicted", pods, seed=s).chosen for s in range(300))
+    assert chosen[0] > 3 * chosen[1] and chosen[2] <= 10
+    assert Counter(run("headroom", pods, seed=s).chosen for s in range(100))[0] >= 98
+
+
+def test_fallback_without_predictions_uses_the_composite():
+    pods = [P(waiting=5, kv=0.9, **{"running": 3}), P(waiting=0, kv=0.1)]
+    assert run("headroom", pods).chosen == 1
+    assert run("headroom", pods).scores[1] == pytest.approx((0.9 + 1 + 0) / 3)
+
+
+@pytest.mark.parametrize(
+    ("profile", "pods", "expected"),
+    [
+        ("least-request", [P(in_flight=3), P(in_flight=1), P(in_flight=2)], 1),
+        ("gie-default", [P(waiting=2, kv=0.5), P(waiting=0, kv=0.5, prefix=0.5)], 1),
+        ("gie-default", [P(waiting=0, kv=0.9), P(waiting=1, kv=0.1, prefix=1.0)], 1),
+        ("prefix-aware", [P(prefix=0.5), P(prefix=1.0), P()], 1),
+        ("cache-aware", [P(in_flight=50, prefix=1.0), P(in_flight=2), P(in_flight=9)], 1),
+        ("cache-aware", [P(in_flight=5, prefix=1.0), P(in_flight=2)], 0),
+        ("cache-aware", [P(blocks=50), P(blocks=5)], 1),
+    ],
+)
+def test_baseline_profiles(profile, pods, expected):
+    assert run(profile, pods).chosen == expected
+
+
+def test_round_robin_rotates_across_calls():
+    sched = CFG.scheduler("round-robin")
+    rows = rows_of([P(), P(), P()])
+    firsts = [sched.schedule(req(), rows, None, now=0, rng=random.Random(0)).chosen
+              for _ in range(6)]  # fmt: skip
+    assert firsts == [0, 1, 2, 0, 1, 2]
+
+
+def test_timer_hook_sees_every_plugin_once_per_cycle():
+    seen = []
+    ticks = iter(range(10_000))
+    timer = PluginTimer(lambda p, s: seen.append((p.KIND, p.TYPE, p.name, s)),
+                        clock=lambda: float(next(ticks)))  # fmt: skip
+    pods = [P(pred=(100, 10), **BUSY), P(pred=(50, 10), **BUSY)]
+    run("llmd-predicted", pods, timer=timer)
+    assert [(k, n) for k, _, n, _ in seen] == [
+        ("producer", "latency-producer"), ("admitter", "latency-slo-admitter"),
+        ("filter", "affinity-strict"), ("filter", "affinity-loose"),
+        ("filter", "slo-headroom-tier-filter"), ("scorer", "latency-scorer"),
+        ("picker", "weighted-random-picker"),
+    ]  # fmt: skip
+    assert all(s == 1.0 for *_, s in seen)
+
+
+def test_bad_inputs():
+    sched = CFG.scheduler("headroom")
+    with pytest.raises(ValueError):
+        sched.schedule(req(), rows_of([]), None, now=0, rng=random.Random(0))
+    with pytest.raises(ValueError):
+        sched.schedule(req(), rows_of([P(), P()]), predictions_of([P(pred=(1, 1))]), now=0,
+                       rng=random.Random(0))  # fmt: skip
+    with pytest.raises(ValueError, match="no picker"):
+        Scheduler("x", [(QueueScorer.create(), 1.0)])
+
+
+def test_request_defaults():
+    r = SchedulingRequest("m", 10)
+    assert (r.slo_ttft_ms, r.slo_tpot_ms, r.priority, r.has_slo) == (None, None, 0, False)
+    assert SchedulingRequest("m", 10, slo_tpot_ms=5).has_slo
+
+
+pod_strategy = st.builds(
+    P,
+    waiting=st.integers(0, 20), running=st.integers(0, 50), kv=st.floats(0, 1),
+    prefix=st.sampled_from([0.0, 0.5, 0.85, 1.0]), in_flight=st.integers(0, 50),
+    blocks=st.integers(0, 1000),
+    pred=st.tuples(st.floats(1, 1e5), st.floats(1, 500)),
+    tpot_slo=st.one_of(st.none(), st.floats(5, 100)),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(pod_strategy, min_size=1, max_size=10), st.sampled_from(sorted(CFG.profiles)),
+       st.one_of(st.none(), st.floats(10, 5000)), st.one_of(st.none(), st.floats(5, 100)),
+       st.integers(-1, 1), st.booleans(), st.integers(0, 1000))  # fmt: skip
+def test_every_profile_ranks_a_permutation_or_sheds(pods, profile, ttft, tpot, prio, preds, seed):
+    if not preds:
+        pods = [P(**{**p.__dict__, "pred": None}) for p in pods]
+    d = run(profile, pods, req(ttft, tpot, prio), seed=seed)
+    if d.admitted:
+        assert sorted(d.ranked) == list(range(len(pods)))
+        assert d.scores[d.chosen] is not None
+    else:
+        assert prio < 0 and d.ranked == [] and d.reject_reason == "slo_unattainable"
