@@ -1,13 +1,20 @@
-"""Latency models: XGBoost regressors for TTFT and TPOT over the shared feature schema.
+"""Latency models: XGBoost regressors for TTFT, TPOT (and E2E) over the shared feature schema.
 
 Pure (no I/O): fitting, evaluation, prediction and (de)serialisation to XGBoost's own UBJ
 format with a SHA-256 checksum. The trainer fits, the predictor predicts, the routing lab
 does both, all through this module.
+
+A model version holds one booster per *model key*. A key names a target (``ttft``, ``tpot``,
+``e2e``) and an objective: the plain target name is the mean model (squared error), and
+``<target>_p<NN>`` is the quantile model for quantile ``NN/100`` (``ttft_p90``). The
+metadata of each key records its objective and quantile, so readers never parse names for
+anything but the target.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,7 +23,14 @@ import xgboost as xgb
 from shared.features import FEATURE_SCHEMA_VERSION, FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
 from shared.schemas import ModelMeta, SchemaError
 
-TARGET_COLUMNS: dict[str, tuple[int, ...]] = {"ttft": TTFT_COLUMNS, "tpot": TPOT_COLUMNS}
+# Target -> feature columns. E2E (the "TTFT" of non-streaming mode upstream) uses TTFT's.
+TARGET_COLUMNS: dict[str, tuple[int, ...]] = {
+    "ttft": TTFT_COLUMNS,
+    "tpot": TPOT_COLUMNS,
+    "e2e": TTFT_COLUMNS,
+}
+OBJECTIVES = ("mean", "quantile")
+MAPE_FLOOR_MS = 1.0  # labels below 1 ms count as 1 ms in MAPE (no division blow-up)
 
 # llm-d's predictor defaults: 200 trees, depth 6, learning rate 0.05, raw-millisecond targets.
 DEFAULT_PARAMS: dict[str, object] = {
@@ -27,6 +41,112 @@ DEFAULT_PARAMS: dict[str, object] = {
     "tree_method": "hist",
 }
 DEFAULT_ROUNDS = 200
+
+_KEY = re.compile(r"^(?P<target>[a-z0-9]+?)(?:_p(?P<q>\d{1,2}))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What one booster of a version predicts: a target under an objective."""
+
+    target: str
+    objective: str = "mean"  # mean | quantile
+    alpha: float = 0.9  # quantile level (quantile objective only)
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGET_COLUMNS:
+            raise ValueError(f"unknown target {self.target!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}")
+        if self.objective == "quantile" and not 0.0 < self.alpha < 1.0:
+            raise ValueError("quantile alpha must be in (0, 1)")
+
+    @property
+    def key(self) -> str:
+        if self.objective == "mean":
+            return self.target
+        return f"{self.target}_p{round(self.alpha * 100):02d}"
+
+    @property
+    def columns(self) -> tuple[int, ...]:
+        return TARGET_COLUMNS[self.target]
+
+    @property
+    def primary_metric(self) -> str:
+        """The metric candidates are compared on: MAPE for mean, pinball loss for quantile."""
+        return "mape" if self.objective == "mean" else "pinball"
+
+    def params(self) -> dict[str, object]:
+        if self.objective == "mean":
+            return {"objective": "reg:squarederror"}
+        return {"objective": "reg:quantileerror", "quantile_alpha": self.alpha}
+
+    def describe(self) -> dict[str, object]:
+        d: dict[str, object] = {"target": self.target, "objective": self.objective}
+        if self.objective == "quantile":
+            d["quantile_alpha"] = self.alpha
+        return d
+
+
+def spec_from_info(key: str, info: dict) -> ModelSpec:
+    """The spec a version's metadata describes for ``key`` (ValueError if inconsistent)."""
+    m = _KEY.match(key)
+    if not m:
+        raise ValueError(f"bad model key {key!r}")
+    target = info.get("target", m.group("target"))
+    objective = info.get("objective", "quantile" if m.group("q") else "mean")
+    alpha = info.get("quantile_alpha", int(m.group("q")) / 100 if m.group("q") else 0.9)
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool):
+        raise ValueError("quantile_alpha must be a number")
+    spec = ModelSpec(str(target), str(objective), float(alpha))
+    if spec.key != key:
+        raise ValueError(f"model key {key!r} does not match its spec ({spec.key!r})")
+    return spec
+
+
+# --------------------------------------------------------------------------------------
+# Fitting and evaluation
+# --------------------------------------------------------------------------------------
+def fit_booster(
+    x: np.ndarray,
+    y: np.ndarray,
+    spec: ModelSpec,
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    params: dict[str, object] | None = None,
+    seed: int = 0,
+) -> xgb.Booster:
+    """Fit one booster on full feature rows ``x`` (n x FEATURES) and labels ``y`` (ms)."""
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError("fit_booster needs equally many rows and labels, at least one")
+    p = {**DEFAULT_PARAMS, **(params or {}), **spec.params(), "seed": seed}
+    xs = np.ascontiguousarray(x[:, list(spec.columns)])
+    return xgb.train(p, xgb.DMatrix(xs, label=y), num_boost_round=rounds)
+
+
+def predict_booster(booster: xgb.Booster, x: np.ndarray, columns: tuple[int, ...]) -> np.ndarray:
+    pred = booster.inplace_predict(np.ascontiguousarray(x[:, list(columns)]))
+    return np.maximum(np.asarray(pred, dtype=np.float64), 0.0)
+
+
+def evaluate(pred: np.ndarray, y: np.ndarray, spec: ModelSpec) -> dict[str, float | int | None]:
+    """Holdout metrics: MAPE, MAE, n; for quantile models also coverage (share of labels at
+    or below the prediction) and pinball loss. Metrics are None when there are no rows."""
+    n = len(y)
+    out: dict[str, float | int | None] = {"n": n, "mape": None, "mae": None}
+    if spec.objective == "quantile":
+        out.update(coverage=None, pinball=None)
+    if n == 0:
+        return out
+    err = pred - y
+    out["mae"] = float(np.abs(err).mean())
+    out["mape"] = float((np.abs(err) / np.maximum(np.abs(y), MAPE_FLOOR_MS)).mean())
+    if spec.objective == "quantile":
+        a = spec.alpha
+        diff = y - pred
+        out["coverage"] = float((y <= pred).mean())
+        out["pinball"] = float(np.maximum(a * diff, (a - 1.0) * diff).mean())
+    return out
 
 
 @dataclass
@@ -47,31 +167,30 @@ def fit_target(
     holdout_fraction: float = 0.1,
     seed: int = 0,
 ) -> FitResult:
-    """Fit one target on rows ``x`` (full feature rows) and labels ``y`` (ms).
-
-    A ``holdout_fraction`` slice (chosen by ``seed``) is kept out of training and used for
-    MAPE/MAE; the model is then refit on all rows so no sample is wasted.
-    """
+    """Quick one-shot fit of a mean model on ``columns`` with a random holdout for MAPE/MAE,
+    then a refit on all rows (kept for simple callers; the trainer uses the cycle in
+    services/trainer/cycle.py, which compares against the current model)."""
     if len(x) != len(y) or len(x) == 0:
         raise ValueError("fit_target needs equally many rows and labels, at least one")
-    p = dict(DEFAULT_PARAMS, **(params or {}), seed=seed)
-    cols = list(columns)
-    rng = np.random.default_rng(seed)
-    idx = rng.permutation(len(x))
+    target = next((t for t, c in TARGET_COLUMNS.items() if c == tuple(columns)), "ttft")
+    spec = ModelSpec(target)
+    if spec.columns != tuple(columns):
+        raise ValueError("columns must be one target's column list")
+    idx = np.random.default_rng(seed).permutation(len(x))
     n_hold = int(len(x) * holdout_fraction) if len(x) >= 20 else 0
     hold, train = idx[:n_hold], idx[n_hold:]
-    xs = x[:, cols]
     mape = mae = float("nan")
     if n_hold:
-        b = xgb.train(p, xgb.DMatrix(xs[train], label=y[train]), num_boost_round=rounds)
-        pred = b.inplace_predict(xs[hold])
-        err = np.abs(pred - y[hold])
-        mae = float(err.mean())
-        mape = float((err / np.maximum(np.abs(y[hold]), 1e-3)).mean())
-    booster = xgb.train(p, xgb.DMatrix(xs, label=y), num_boost_round=rounds)
+        b = fit_booster(x[train], y[train], spec, rounds=rounds, params=params, seed=seed)
+        m = evaluate(predict_booster(b, x[hold], spec.columns), y[hold], spec)
+        mape, mae = float(m["mape"]), float(m["mae"])  # type: ignore[arg-type]
+    booster = fit_booster(x, y, spec, rounds=rounds, params=params, seed=seed)
     return FitResult(booster=booster, mape=mape, mae=mae, holdout=int(n_hold))
 
 
+# --------------------------------------------------------------------------------------
+# Blobs
+# --------------------------------------------------------------------------------------
 def booster_to_bytes(booster: xgb.Booster) -> bytes:
     return bytes(booster.save_raw(raw_format="ubj"))
 
@@ -86,12 +205,11 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _check_target_meta(version: str, name: str, info: object) -> None:
-    """Metadata of one target must name a known target, UBJ format, a checksum and columns
-    that index the feature row; anything else is a SchemaError("bad_meta")."""
+def _check_target_meta(version: str, name: str, info: object) -> ModelSpec:
+    """Metadata of one model key must name a known target and objective, UBJ format, a
+    checksum and columns that index the feature row; else SchemaError("bad_meta")."""
     ok = (
-        name in TARGET_COLUMNS
-        and isinstance(info, dict)
+        isinstance(info, dict)
         and info.get("format", "ubj") == "ubj"
         and isinstance(info.get("sha256"), str)
         and isinstance(info.get("columns"), list)
@@ -101,26 +219,52 @@ def _check_target_meta(version: str, name: str, info: object) -> None:
             for c in info["columns"]
         )
     )
-    if not ok:
-        raise SchemaError(f"model {version}: bad metadata for target {name!r}", "bad_meta")
+    if ok:
+        try:
+            return spec_from_info(name, info)  # type: ignore[arg-type]
+        except ValueError:
+            pass
+    raise SchemaError(f"model {version}: bad metadata for target {name!r}", "bad_meta")
 
 
 @dataclass
 class LatencyModel:
-    """A loaded model version: one booster per target."""
+    """A loaded model version: one booster per model key (``ttft``, ``tpot``, ``ttft_p90``...)."""
 
     version: str
     boosters: dict[str, xgb.Booster]
     meta: ModelMeta | None = None
     columns: dict[str, tuple[int, ...]] = field(default_factory=lambda: dict(TARGET_COLUMNS))
+    specs: dict[str, ModelSpec] = field(default_factory=dict)
+
+    def spec(self, key: str) -> ModelSpec:
+        s = self.specs.get(key)
+        return s if s is not None else spec_from_info(key, {})
+
+    def key_for(self, target: str, prefer: str = "mean") -> str | None:
+        """The key serving ``target``: the preferred objective if present, else any."""
+        keys = [k for k in self.boosters if self.spec(k).target == target]
+        preferred = [k for k in keys if self.spec(k).objective == prefer]
+        return (preferred or keys or [None])[0]
+
+    def predict_key(self, key: str, rows: np.ndarray) -> np.ndarray:
+        return predict_booster(self.boosters[key], rows, self.columns[key])
 
     def predict(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """Predicted milliseconds per target for full feature rows (n x FEATURES)."""
-        out = {}
-        for name, booster in self.boosters.items():
-            pred = booster.inplace_predict(rows[:, list(self.columns[name])])
-            out[name] = np.maximum(np.asarray(pred, dtype=np.float64), 0.0)
-        return out
+        """Predicted milliseconds per model key for full feature rows (n x FEATURES)."""
+        return {key: self.predict_key(key, rows) for key in self.boosters}
+
+    @classmethod
+    def from_boosters(
+        cls, version: str, boosters: dict[str, xgb.Booster], specs: dict[str, ModelSpec]
+    ) -> LatencyModel:
+        """An in-process model (the routing lab and tests), no metadata or blobs."""
+        return cls(
+            version=version,
+            boosters=dict(boosters),
+            columns={k: specs[k].columns for k in boosters},
+            specs=dict(specs),
+        )
 
     @classmethod
     def from_blobs(cls, meta: ModelMeta, blobs: dict[str, bytes]) -> LatencyModel:
@@ -133,10 +277,11 @@ class LatencyModel:
             )
         boosters: dict[str, xgb.Booster] = {}
         columns: dict[str, tuple[int, ...]] = {}
+        specs: dict[str, ModelSpec] = {}
         if not meta.targets:
             raise SchemaError(f"model {meta.version}: no targets", "bad_meta")
         for name, info in meta.targets.items():
-            _check_target_meta(meta.version, name, info)
+            specs[name] = _check_target_meta(meta.version, name, info)
             data = blobs.get(name)
             if data is None:
                 raise SchemaError(f"model {meta.version}: blob {name!r} missing", "missing_blob")
@@ -147,4 +292,4 @@ class LatencyModel:
             except xgb.core.XGBoostError as e:
                 raise SchemaError(f"model {meta.version}: {name}: {e}", "corrupt") from e
             columns[name] = tuple(info["columns"])
-        return cls(version=meta.version, boosters=boosters, meta=meta, columns=columns)
+        return cls(version=meta.version, boosters=boosters, meta=meta, columns=columns, specs=specs)

@@ -278,7 +278,22 @@ class ModelMeta(Message):
     created_at: float
     samples: int
     feature_schema: int
-    # target name ("ttft", "tpot") -> {"sha256": hex, "columns": [feature indices], "format": "ubj"}
+    # model key ("ttft", "tpot", "e2e", "ttft_p90", ...) -> {"sha256": hex, "columns": [feature
+    # indices], "format": "ubj"} plus (optional) "target", "objective", "quantile_alpha"
     targets: dict[str, Any]
-    # target name -> {"mape": float, "mae": float, "holdout": int}
+    # model key -> {"mape", "mae", "n"/"holdout", "samples"; quantile keys also "coverage",
+    # "pinball"}: the candidate's holdout evaluation
     metrics: dict[str, Any] = field(default_factory=dict)
+    # Additive (all optional; older readers ignore them):
+    # how the window's strata were filled: {"buckets_total", "buckets_filled", "features":
+    # {feature: [samples per bucket]}, "max_bucket"}
+    bucket_coverage: dict[str, Any] = field(default_factory=dict)
+    # the promotion check: {"holdout", "compared_with", "current": {key: metrics},
+    # "margin", "decision", "reason"}
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    # newest sample timestamp (unix s) the model trained on; None for imported models
+    trained_until: float | None = None
+    source: str = "trainer"  # trainer | import
+    # fit parameters (rounds, max_depth, eta, objective, quantile_alpha) and, for imported
+    # models, where they came from (imported_from)
+    params: dict[str, Any] = field(default_factory=dict)

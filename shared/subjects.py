@@ -59,6 +59,11 @@ class Names:
     def trainer_durable(self) -> str:
         return "trainer"
 
+    @property
+    def trainer_flush(self) -> str:
+        """Request-reply: flush the trainer's window (``headroom model flush``)."""
+        return f"{self.namespace}.trainer.flush"
+
     # --- Redis keys ---------------------------------------------------------------------
     @property
     def redis_prefix(self) -> str:
@@ -78,6 +83,16 @@ class Names:
     def model_seq(self) -> str:
         """Counter key: INCR gives the next version number."""
         return f"{self.namespace}:model:seq"
+
+    @property
+    def model_history(self) -> str:
+        """List key: JSON records of promotions, rejected candidates and rollbacks, newest first."""
+        return f"{self.namespace}:model:history"
+
+    @property
+    def trainer_flushed_at(self) -> str:
+        """String key: unix time before which samples are not (re)admitted to the window."""
+        return f"{self.namespace}:trainer:flushed_at"
 
     def model_blob(self, version: str) -> str:
         """Hash key: fields ``meta`` (JSON ModelMeta) and one field per target (UBJ bytes)."""

@@ -53,14 +53,15 @@ class ModelSlot:
         return old
 
 
-def check_servable(model: LatencyModel) -> None:
-    """A served model must carry every target the reply needs and predict a finite value for
-    a probe row (catches column lists that do not fit the booster). Raises SchemaError."""
-    missing = [t for t in REQUIRED_TARGETS if t not in model.boosters]
+def check_servable(model: LatencyModel, prefer: str = "mean") -> None:
+    """A served model must carry a model for every target the reply needs and predict a
+    finite value for a probe row (catches column lists that do not fit the booster).
+    Raises SchemaError."""
+    missing = [t for t in REQUIRED_TARGETS if model.key_for(t, prefer) is None]
     if missing:
         raise SchemaError(f"model {model.version} lacks targets {missing}", "missing_target")
     try:
-        ttft, tpot = predict_rows(model, np.zeros((1, N_FEATURES), dtype=np.float64))
+        ttft, tpot = predict_rows(model, np.zeros((1, N_FEATURES), dtype=np.float64), prefer)
     except Exception as e:
         raise SchemaError(
             f"model {model.version}: probe prediction failed: {e}", "unservable"
@@ -69,12 +70,16 @@ def check_servable(model: LatencyModel) -> None:
         raise SchemaError(f"model {model.version}: probe prediction not finite", "unservable")
 
 
-def predict_rows(model: LatencyModel, rows: np.ndarray) -> tuple[list[float], list[float]]:
-    """TTFT and TPOT milliseconds for full feature rows (n x 11), in one batch."""
+def predict_rows(
+    model: LatencyModel, rows: np.ndarray, prefer: str = "mean"
+) -> tuple[list[float], list[float]]:
+    """TTFT and TPOT milliseconds for full feature rows (n x 11), in one batch, from the
+    ``prefer`` objective's models (mean or quantile) when the version has both."""
     if len(rows) == 0:
         return [], []
-    out = model.predict(rows)
-    return out["ttft"].tolist(), out["tpot"].tolist()
+    ttft = model.predict_key(model.key_for("ttft", prefer), rows)  # type: ignore[arg-type]
+    tpot = model.predict_key(model.key_for("tpot", prefer), rows)  # type: ignore[arg-type]
+    return ttft.tolist(), tpot.tolist()
 
 
 class PredictHandler:
@@ -87,7 +92,9 @@ class PredictHandler:
         replica: str,
         *,
         inline_max_rows: int = 256,
+        prefer: str = "mean",
     ) -> None:
+        self.prefer = prefer
         self.slot = slot
         self.metrics = metrics
         self.replica = replica
@@ -109,9 +116,9 @@ class PredictHandler:
         started = time.perf_counter()
         try:
             if len(rows) > self.inline_max_rows:
-                ttft, tpot = await asyncio.to_thread(predict_rows, model, rows)
+                ttft, tpot = await asyncio.to_thread(predict_rows, model, rows, self.prefer)
             else:
-                ttft, tpot = predict_rows(model, rows)
+                ttft, tpot = predict_rows(model, rows, self.prefer)
         except Exception as e:
             log.exception("prediction failed with model %s", model.version)
             return self._error("predict_failed", f"prediction failed: {e}")

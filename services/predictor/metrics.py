@@ -34,6 +34,13 @@ class PredictorMetrics:
             ["result"],
             registry=r,
         )
+        self.model_refusals = Counter(
+            "headroom_predictor_model_refusals",
+            "Model versions refused (the last good model stays in service), by reason "
+            "(checksum, feature_schema, bad_meta, missing_blob, missing_target, unservable...)",
+            ["reason"],
+            registry=r,
+        )
         self.model_info = Gauge(
             "headroom_predictor_model_info",
             "1 for the model version currently served",

@@ -1,9 +1,11 @@
 """The predictor's asyncio shell: NATS queue-group service + model loading from Redis.
 
-A model version is loaded at start (the current one in Redis), when announced on
-``names.model_announce``, and whenever the periodic check finds ``current`` moved (an
-announcement can be missed). A version that fails its checksum or schema is refused and
-remembered; the last good model keeps serving.
+A model version is loaded at start (the current one in Redis), when an announcement on
+``names.model_announce`` says the current pointer moved (new version or rollback), and
+whenever the periodic check finds ``current`` moved (an announcement can be missed). A
+version that fails its checksum, schema or probe is refused (metric + log) and remembered;
+the last good model keeps serving. The predictor runs one process per replica, so every
+replica that is up serves the current version within ``reload_interval_s``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections import OrderedDict
 
 from aiohttp import web
@@ -29,14 +30,7 @@ from shared.subjects import Names
 
 log = logging.getLogger(__name__)
 
-_SEQ = re.compile(r"^v(\d+)$")
 _MAX_REFUSED = 64
-
-
-def version_seq(version: str | None) -> int | None:
-    """The sequence number of a ``vN`` version id (None for anything else)."""
-    m = _SEQ.match(version or "")
-    return int(m.group(1)) if m else None
 
 
 class PredictorService:
@@ -52,6 +46,7 @@ class PredictorService:
             self.metrics,
             settings.replica_id,
             inline_max_rows=settings.inline_max_rows,
+            prefer=settings.objective,
         )
         self.refused: OrderedDict[str, str] = OrderedDict()  # version -> reason
         self._load_lock = asyncio.Lock()
@@ -124,16 +119,16 @@ class PredictorService:
                 log.warning("could not send predict reply: %s", e)
 
     async def _on_announce(self, msg: Msg) -> None:
+        """An announcement means "the current pointer moved": read it from Redis (the one
+        authority) rather than trusting the announced id, so a rollback to an older version
+        and a stale or reordered announcement are handled alike."""
         try:
             ann = ModelAnnouncement.decode(msg.data)
         except SchemaError as e:
             log.warning("ignoring malformed model announcement: %s", e)
             return
-        current, announced = version_seq(self.slot.version), version_seq(ann.version)
-        if current is not None and announced is not None and announced < current:
-            log.info("ignoring announcement of older version %s", ann.version)
-            return
-        await self.load(ann.version, source="announce")
+        log.debug("model %s announced", ann.version)
+        await self.check_current(source="announce")
 
     # --- model loading ------------------------------------------------------------------
     async def _reload_loop(self) -> None:
@@ -144,7 +139,7 @@ class PredictorService:
                 return
             await self.check_current()
 
-    async def check_current(self) -> None:
+    async def check_current(self, *, source: str = "poll") -> None:
         """Load Redis's current version if it differs from the served one."""
         try:
             version = await current_version(self._redis, self.names)
@@ -152,7 +147,7 @@ class PredictorService:
             log.warning("could not read the current model version: %s", e)
             return
         if version is not None and version != self.slot.version:
-            await self.load(version, source="poll")
+            await self.load(version, source=source)
 
     async def load(self, version: str, *, source: str) -> bool:
         """Load and install ``version``; False if it was refused or could not be read."""
@@ -161,12 +156,13 @@ class PredictorService:
                 return version == self.slot.version
             try:
                 model = await load_version(self._redis, self.names, version)
-                check_servable(model)
+                check_servable(model, self.settings.objective)
             except SchemaError as e:
                 self.refused[version] = e.reason
                 while len(self.refused) > _MAX_REFUSED:
                     self.refused.popitem(last=False)
                 self.metrics.model_loads.labels(result="refused").inc()
+                self.metrics.model_refusals.labels(reason=e.reason).inc()
                 log.error(
                     "refused model %s (%s: %s); keeping %s",
                     version,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -26,7 +27,10 @@ class PredictorSettings(CommonSettings):
         default_factory=default_replica_id, description="Name put in every reply's `replica`"
     )
     reload_interval_s: float = Field(
-        5.0, gt=0, description="Seconds between checks of the current version in Redis"
+        2.0, gt=0, description="Seconds between checks of the current version in Redis"
+    )
+    objective: Literal["mean", "quantile"] = Field(
+        "mean", description="Which models answer when a version has mean and quantile ones"
     )
     inline_max_rows: int = Field(
         256, ge=1, description="Requests with more rows are predicted in a worker thread"

@@ -1,92 +1,175 @@
-"""Fit one model version from the window's arrays and describe it (pure, CPU-bound).
+"""Training data, model fitting and evaluation (pure, CPU-bound, deterministic per seed).
 
-The trainer runs :func:`fit_targets` in a worker thread; everything here is deterministic
-for a given input and seed, and does no I/O.
+Usable in-process without NATS or Redis (the routing lab)::
+
+    data = TrainingData.from_samples(samples)          # or from_entries / from_arrays
+    result = run_cycle(data, current=None, config=FitConfig())   # services/trainer/cycle.py
+    model = result.model("v1")                         # a LatencyModel, ready to predict
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import xgboost as xgb
 
-from services.trainer.window import WindowEntry, target_arrays
-from shared.features import FEATURE_SCHEMA_VERSION
-from shared.latency_model import TARGET_COLUMNS, booster_to_bytes, fit_target, sha256
-from shared.schemas import ModelMeta
+from services.trainer.window import N_FEATURES, WindowEntry, entries_of
+from shared.latency_model import (
+    ModelSpec,
+    booster_to_bytes,
+    evaluate,
+    fit_booster,
+    predict_booster,
+    sha256,
+)
+from shared.schemas import TrainingSample
 
-TARGETS: tuple[str, ...] = ("ttft", "tpot")
+OBJECTIVE_CHOICES = ("mean", "quantile", "both")
 BLOB_FORMAT = "ubj"
 
 
-@dataclass(frozen=True, slots=True)
-class FittedTarget:
-    name: str
+@dataclass(frozen=True)
+class FitConfig:
+    """What to fit and how to judge it (the trainer builds it from its settings)."""
+
+    targets: tuple[str, ...] = ("ttft", "tpot")
+    objective: str = "mean"  # mean | quantile | both
+    quantile_alpha: float = 0.9
+    rounds: int = 200
+    max_depth: int = 6
+    eta: float = 0.05
+    nthread: int = 1
+    holdout_fraction: float = 0.1
+    min_holdout: int = 20  # holdout rows a target needs to be compared with the current model
+    margin: float = 0.05  # a candidate may be this much (relative) worse and still promoted
+    min_samples: int = 1  # labelled rows every target needs for a cycle to fit at all
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVE_CHOICES:
+            raise ValueError(f"objective must be one of {OBJECTIVE_CHOICES}")
+        if not self.targets:
+            raise ValueError("at least one target")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError("holdout_fraction must be in [0, 1)")
+        self.specs()  # validates targets and alpha
+
+    def specs(self) -> tuple[ModelSpec, ...]:
+        out: list[ModelSpec] = []
+        for t in self.targets:
+            if self.objective in ("mean", "both"):
+                out.append(ModelSpec(t))
+            if self.objective in ("quantile", "both"):
+                out.append(ModelSpec(t, "quantile", self.quantile_alpha))
+        return tuple(out)
+
+    def xgb_params(self) -> dict[str, object]:
+        return {"max_depth": self.max_depth, "eta": self.eta, "nthread": self.nthread}
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "rounds": self.rounds,
+            "max_depth": self.max_depth,
+            "eta": self.eta,
+            "objective": self.objective,
+            "quantile_alpha": self.quantile_alpha,
+            "holdout_fraction": self.holdout_fraction,
+            "margin": self.margin,
+        }
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Feature rows, per-target labels in ms (NaN where not measured) and sample times."""
+
+    rows: np.ndarray  # n x N_FEATURES
+    labels: dict[str, np.ndarray]  # target -> n
+    ts: np.ndarray  # n, unix seconds
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def labelled(self, target: str) -> np.ndarray:
+        y = self.labels.get(target)
+        return np.zeros(len(self), dtype=bool) if y is None else np.isfinite(y)
+
+    def counts(self) -> dict[str, int]:
+        return {t: int(np.isfinite(y).sum()) for t, y in self.labels.items()}
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[WindowEntry]) -> TrainingData:
+        entries = tuple(entries)
+        rows = np.array([e.row for e in entries], dtype=np.float64).reshape(-1, N_FEATURES)
+        labels = {
+            t: np.array([e.label(t) for e in entries], dtype=np.float64)
+            for t in ("ttft", "tpot", "e2e")
+        }
+        ts = np.array([e.ts for e in entries], dtype=np.float64)
+        return cls(rows, labels, ts)
+
+    @classmethod
+    def from_samples(cls, samples: Iterable[TrainingSample]) -> TrainingData:
+        return cls.from_entries(entries_of(samples))
+
+    @classmethod
+    def from_arrays(
+        cls,
+        rows: np.ndarray,
+        labels: dict[str, np.ndarray],
+        ts: np.ndarray | None = None,
+    ) -> TrainingData:
+        rows = np.asarray(rows, dtype=np.float64).reshape(-1, N_FEATURES)
+        ts = np.zeros(len(rows)) if ts is None else np.asarray(ts, dtype=np.float64)
+        return cls(rows, {t: np.asarray(y, dtype=np.float64) for t, y in labels.items()}, ts)
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    spec: ModelSpec
+    booster: xgb.Booster
     blob: bytes
     sha256: str
-    columns: tuple[int, ...]
-    samples: int
-    mape: float | None  # None when there was no holdout (fewer than 20 rows)
-    mae: float | None
-    holdout: int
+    samples: int  # training rows
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        return predict_booster(self.booster, rows, self.spec.columns)
 
 
-def missing_targets(counts: dict[str, int], min_samples: int) -> list[str]:
+def missing_targets(
+    counts: dict[str, int], min_samples: int, targets: tuple[str, ...] = ("ttft", "tpot")
+) -> list[str]:
     """Targets that do not yet have ``min_samples`` labelled rows (a version needs all)."""
-    return [t for t in TARGETS if counts.get(t, 0) < min_samples]
+    return [t for t in targets if counts.get(t, 0) < min_samples]
 
 
-def _finite_or_none(v: float) -> float | None:
-    return float(v) if math.isfinite(v) else None
-
-
-def fit_targets(
-    arrays: dict[str, tuple[np.ndarray, np.ndarray]], *, rounds: int, seed: int = 0
-) -> dict[str, FittedTarget]:
-    """Fit every target in ``arrays`` (``name -> (full rows, labels ms)``)."""
-    out: dict[str, FittedTarget] = {}
-    for name, (x, y) in arrays.items():
-        columns = TARGET_COLUMNS[name]
-        res = fit_target(x, y, columns, rounds=rounds, seed=seed)
-        blob = booster_to_bytes(res.booster)
-        out[name] = FittedTarget(
-            name=name,
-            blob=blob,
-            sha256=sha256(blob),
-            columns=tuple(columns),
-            samples=len(y),
-            mape=_finite_or_none(res.mape),
-            mae=_finite_or_none(res.mae),
-            holdout=res.holdout,
+def fit_models(
+    data: TrainingData, train: np.ndarray, config: FitConfig, *, seed: int = 0
+) -> dict[str, FittedModel]:
+    """Fit every spec of ``config`` on the labelled rows selected by the ``train`` mask."""
+    out: dict[str, FittedModel] = {}
+    for spec in config.specs():
+        mask = train & data.labelled(spec.target)
+        x, y = data.rows[mask], data.labels[spec.target][mask]
+        booster = fit_booster(
+            x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
         )
+        blob = booster_to_bytes(booster)
+        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), int(mask.sum()))
     return out
 
 
-def fit_entries(
-    entries: tuple[WindowEntry, ...], *, rounds: int, seed: int = 0
-) -> dict[str, FittedTarget]:
-    """Build the arrays from a window snapshot and fit every target (run in a thread)."""
-    return fit_targets(target_arrays(entries), rounds=rounds, seed=seed)
-
-
-def build_meta(
-    version: str, created_at: float, samples: int, fitted: dict[str, FittedTarget]
-) -> tuple[ModelMeta, dict[str, bytes]]:
-    """The ModelMeta and the blob mapping to store for one version."""
-    meta = ModelMeta(
-        version=version,
-        created_at=created_at,
-        samples=samples,
-        feature_schema=FEATURE_SCHEMA_VERSION,
-        targets={
-            f.name: {"sha256": f.sha256, "columns": list(f.columns), "format": BLOB_FORMAT}
-            for f in fitted.values()
-        },
-        metrics={
-            f.name: {"mape": f.mape, "mae": f.mae, "holdout": f.holdout, "samples": f.samples}
-            for f in fitted.values()
-        },
-    )
-    meta.validate()
-    return meta, {f.name: f.blob for f in fitted.values()}
+def evaluate_on(
+    predict: dict[str, object], data: TrainingData, holdout: np.ndarray, specs: Iterable[ModelSpec]
+) -> dict[str, dict]:
+    """Metrics per key of ``predict`` (key -> callable(rows) -> ms) on the labelled holdout."""
+    out: dict[str, dict] = {}
+    for spec in specs:
+        fn = predict.get(spec.key)
+        if fn is None:
+            continue
+        mask = holdout & data.labelled(spec.target)
+        y = data.labels[spec.target][mask]
+        pred = fn(data.rows[mask]) if len(y) else np.zeros(0)  # type: ignore[operator]
+        out[spec.key] = evaluate(np.asarray(pred, dtype=np.float64), y, spec)
+    return out

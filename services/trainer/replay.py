@@ -1,11 +1,12 @@
 """Rebuild the training window from the samples stream after a trainer restart.
 
 The durable consumer only delivers samples not yet acknowledged, so a restarted trainer
-would start with an empty window and, at its next fit, replace a model trained on the whole
-window with one trained on a handful of samples. On start the trainer therefore reads back
-the last ``window_size`` samples it had already acknowledged (up to the durable's ack
-floor) with a short-lived ephemeral consumer. Samples are validated like live ones;
-anything invalid is skipped silently (it was counted when first received).
+would start with an empty window. On start it therefore reads back, with a short-lived
+ephemeral consumer, the stream up to the last sequence the durable consumer had delivered
+(at most ``max_messages`` of them) through the same admission path as live samples. The
+window is a deterministic function of the samples offered, so it comes back as it was;
+samples that were delivered but not acknowledged are replayed and then de-duplicated when
+JetStream redelivers them, so none is lost and none enters the window twice.
 """
 
 from __future__ import annotations
@@ -14,45 +15,44 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from services.trainer.window import SampleWindow
-from shared.schemas import SchemaError, TrainingSample
 from shared.subjects import Names
 
 log = logging.getLogger(__name__)
 
 
-async def acked_upto(js: JetStreamContext, names: Names) -> int:
-    """Stream sequence up to which the trainer's durable consumer acknowledged everything."""
+async def delivered_upto(js: JetStreamContext, names: Names) -> int:
+    """Stream sequence of the last message the trainer's durable consumer delivered."""
     try:
         info = await js.consumer_info(names.samples_stream, names.trainer_durable)
     except NotFoundError:
         return 0
-    return info.ack_floor.stream_seq if info.ack_floor else 0
+    return info.delivered.stream_seq if info.delivered else 0
 
 
 async def replay_history(
     js: JetStreamContext,
     names: Names,
-    window: SampleWindow,
+    admit: Callable[[bytes], bool],
     *,
     upto_seq: int,
+    max_messages: int,
     batch: int = 256,
     fetch_timeout_s: float = 1.0,
-    budget_s: float = 30.0,
+    budget_s: float = 60.0,
 ) -> int:
-    """Add stream samples ``(upto_seq - window.max_size, upto_seq]`` to ``window``.
-
-    Bounded in count (the window size) and time (``budget_s``). Returns samples added.
-    """
-    if upto_seq <= 0:
+    """Offer stream messages ``(upto_seq - max_messages, upto_seq]`` to ``admit`` (which
+    returns True if the sample entered the window). Bounded in count and time. Returns the
+    number admitted."""
+    if upto_seq <= 0 or max_messages <= 0:
         return 0
     state = (await js.stream_info(names.samples_stream)).state
-    start = max(state.first_seq, upto_seq - window.max_size + 1)
+    start = max(state.first_seq, upto_seq - max_messages + 1)
     if start > upto_seq:
         return 0
     name = f"trainer-replay-{uuid.uuid4().hex[:10]}"
@@ -70,27 +70,27 @@ async def replay_history(
     sub = await js.pull_subscribe_bind(consumer=name, stream=names.samples_stream)
     added = 0
     deadline = time.monotonic() + budget_s
+    done = False
     try:
-        done = False
-        while not done and time.monotonic() < deadline:
+        while not done:
+            if time.monotonic() > deadline:
+                log.warning("replay stopped by its %.0f s budget before seq %d", budget_s, upto_seq)
+                break
             try:
                 msgs = await sub.fetch(batch, timeout=fetch_timeout_s)
             except TimeoutError:
                 break  # nothing more within the window
             for msg in msgs:
                 seq = msg.metadata.sequence.stream
-                done = done or seq >= upto_seq
                 if seq > upto_seq:
+                    done = True
                     break
-                try:
-                    sample = TrainingSample.decode(msg.data)
-                except SchemaError:
-                    continue
-                added += window.add(sample)
+                added += admit(msg.data)
+                done = seq == upto_seq
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
         with contextlib.suppress(Exception):
             await js.delete_consumer(names.samples_stream, name)
-    log.info("replayed %d samples (stream seq %d..%d) into the window", added, start, upto_seq)
+    log.info("replayed stream seq %d..%d: %d samples into the window", start, upto_seq, added)
     return added

@@ -1,8 +1,11 @@
-"""The trainer's asyncio shell: JetStream consumer -> window -> periodic fit -> Redis + announce.
+"""The trainer's asyncio shell: JetStream consumer -> window -> periodic cycle -> Redis + announce.
 
-Each sample is acknowledged only after it is in the window (or, if malformed, terminated
-after it is counted), so a crash never loses a sample the window did not see. Fitting runs
-in a worker thread; the consumer keeps draining the stream meanwhile.
+Each sample is acknowledged only after it is in the window (or, if invalid, terminated after
+it is counted), so a crash never loses a sample the window did not see; a restart rebuilds
+the window by replaying the stream (services/trainer/replay.py). Training cycles run in a
+worker thread; the consumer keeps draining the stream meanwhile. A candidate becomes a new
+version only if it is not worse than the current one (services/trainer/cycle.py); every
+decision is logged, counted and recorded in the Redis history.
 """
 
 from __future__ import annotations
@@ -12,24 +15,47 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import orjson
 from aiohttp import web
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from services.trainer.fitting import build_meta, fit_entries, missing_targets
+from services.trainer.cycle import PROMOTE, REJECT, CycleResult, build_meta, run_cycle
+from services.trainer.fitting import FitConfig, TrainingData, missing_targets
 from services.trainer.metrics import TrainerMetrics
-from services.trainer.replay import acked_upto, replay_history
+from services.trainer.replay import delivered_upto, replay_history
 from services.trainer.settings import TrainerSettings
-from services.trainer.window import SampleWindow
-from shared.admin import start_admin_server
+from services.trainer.strata import Strata
+from services.trainer.validation import check, decode_sample
+from services.trainer.window import ADDED, DUPLICATE, EXPIRED, FLUSHED, SampleWindow, WindowEntry
+from shared.admin import add_admin_routes
 from shared.bus import connect_nats, connect_redis, ensure_samples_stream
-from shared.model_store import next_version, publish_version
-from shared.schemas import ModelAnnouncement, SchemaError, TrainingSample
+from shared.drift import DriftTracker
+from shared.latency_model import LatencyModel
+from shared.model_store import (
+    append_history,
+    current_version,
+    import_model_file,
+    load_version,
+    next_version,
+    publish_version,
+)
+from shared.schemas import ModelAnnouncement, SchemaError
 from shared.subjects import Names
 
 log = logging.getLogger(__name__)
+
+_ACKED_REJECTIONS = (DUPLICATE, EXPIRED, FLUSHED)  # valid samples the window need not keep
+
+
+def cycle_on_entries(
+    entries: tuple[WindowEntry, ...], current: LatencyModel | None, config: FitConfig, seed: int
+) -> CycleResult:
+    """Arrays + one cycle, in the worker thread."""
+    return run_cycle(TrainingData.from_entries(entries), current, config, seed=seed)
 
 
 class TrainerService:
@@ -40,13 +66,26 @@ class TrainerService:
         metrics: TrainerMetrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.settings = settings
-        self.names = Names(settings.namespace)
+        s = settings
+        self.settings = s
+        self.names = Names(s.namespace)
         self.metrics = metrics or TrainerMetrics()
-        self.window = SampleWindow(settings.window_size, settings.dedup_size)
+        self.window = SampleWindow(
+            s.window_size,
+            s.dedup_size,
+            strata=Strata(s.strata),
+            bucket_cap=s.bucket_cap,
+            max_age_s=s.max_age_s or None,
+        )
+        self.config = s.fit_config()
+        self.limits = s.limits()
+        self.drift = DriftTracker(("ttft", "tpot"), s.drift_window)
         self.clock = clock
         self.last_version: str | None = None
-        self._fitted_at_added = 0  # window.added_total at the last successful fit
+        self.last_result: CycleResult | None = None
+        self._current: LatencyModel | None = None
+        self._fitted_at_added = 0  # window.added_total at the last cycle
+        self._evicted_seen = dict(self.window.evicted)
         self._fit_lock = asyncio.Lock()
         self._nc: NATS | None = None
         self._redis = None
@@ -58,6 +97,10 @@ class TrainerService:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        self._redis = connect_redis(s.redis_url)
+        flushed_at = await self._redis.get(self.names.trainer_flushed_at)
+        if flushed_at:
+            self.window.not_before = float(flushed_at)
         self._nc = await connect_nats(s.nats_url, "headroom-trainer")
         js = self._nc.jetstream()
         await ensure_samples_stream(js, self.names)
@@ -68,34 +111,48 @@ class TrainerService:
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
                 deliver_policy=DeliverPolicy.ALL,
-                ack_wait=60.0,
+                ack_wait=s.ack_wait_s,
                 max_ack_pending=max(4 * s.fetch_batch, 1024),
             ),
         )
         if s.replay_on_start:
-            upto = await acked_upto(js, self.names)
             replayed = await replay_history(
                 js,
                 self.names,
-                self.window,
-                upto_seq=upto,
+                lambda data: self.admit(data, replay=True) == ADDED,
+                upto_seq=await delivered_upto(js, self.names),
+                max_messages=s.replay_max,
                 batch=s.fetch_batch,
                 fetch_timeout_s=s.fetch_timeout_s,
+                budget_s=s.replay_budget_s,
             )
-            self.metrics.samples_replayed.inc(replayed)
-            self.metrics.window_size.set(len(self.window))
             self._fitted_at_added = self.window.added_total  # the stored model saw these
-        self._redis = connect_redis(s.redis_url)
-        self._admin = await start_admin_server(
-            s.admin_host, s.admin_port, self.metrics.registry, self.health
-        )
+            log.info("window rebuilt from the stream: %d samples", replayed)
+        self._sync_window_metrics()
+        if s.warm_start_file:
+            await self._warm_start(s.warm_start_file)
+        await self._nc.subscribe(self.names.trainer_flush, cb=self._on_flush)
+        self._admin = await self._start_admin()
         self._tasks = [
             asyncio.create_task(self._consume_loop(), name="trainer-consume"),
             asyncio.create_task(self._fit_loop(), name="trainer-fit"),
         ]
         log.info("trainer started (namespace %s, admin port %s)", s.namespace, self.admin_port)
 
-    async def stop(self) -> None:
+    async def _start_admin(self) -> web.AppRunner:
+        app = web.Application()
+        add_admin_routes(app, self.metrics.registry, self.health)
+
+        async def _flush(_: web.Request) -> web.Response:
+            return web.json_response(await self.flush())
+
+        app.router.add_post("/flush", _flush)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.settings.admin_host, self.settings.admin_port).start()
+        return runner
+
+    async def _cancel_tasks(self) -> None:
         self._stopping.set()
         for t in self._tasks:
             t.cancel()
@@ -103,6 +160,9 @@ class TrainerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks = []
+
+    async def stop(self) -> None:
+        await self._cancel_tasks()
         if self._psub is not None:
             with contextlib.suppress(Exception):
                 await self._psub.unsubscribe()
@@ -114,6 +174,17 @@ class TrainerService:
         if self._redis is not None:
             await self._redis.aclose()
 
+    async def abort(self) -> None:
+        """Stop as if the process died: no drain, nothing more acknowledged (tests)."""
+        await self._cancel_tasks()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+        if self._admin is not None:
+            await self._admin.cleanup()
+        if self._redis is not None:
+            await self._redis.aclose()
+
     @property
     def admin_port(self) -> int | None:
         if self._admin is None or not self._admin.addresses:
@@ -122,13 +193,38 @@ class TrainerService:
 
     def health(self) -> dict:
         connected = bool(self._nc and self._nc.is_connected)
+        r = self.last_result
         return {
             "ready": connected and bool(self._tasks),
             "window": len(self.window),
             "model_version": self.last_version,
+            "current_version": self._current.version if self._current else None,
+            "last_decision": {"decision": r.decision, "reason": r.reason} if r else None,
+            "live_mape": {t: self.drift.mape(t) for t in self.drift.targets},
         }
 
     # --- consuming ----------------------------------------------------------------------
+    def admit(self, data: bytes, *, replay: bool = False) -> str:
+        """Decode, validate and offer one sample to the window; returns ADDED or the reason
+        it was not added. Counts live outcomes (replayed rejections were counted before)."""
+        now = self.clock()
+        sample = decode_sample(data)
+        if isinstance(sample, str):
+            reason = sample
+        else:
+            reason = check(sample, self.limits, now) or self.window.offer(sample, now)
+        if reason == ADDED:
+            if replay:
+                self.metrics.samples_replayed.inc()
+            else:
+                self.metrics.samples_received.inc()
+            for target in self.drift.observe_sample(sample):
+                self.metrics.live_mape.labels(target=target).set(self.drift.mape(target))
+                self.metrics.live_samples.labels(target=target).set(self.drift.count(target))
+        elif not replay:
+            self.metrics.samples_rejected.labels(reason=reason).inc()
+        return reason
+
     async def _consume_loop(self) -> None:
         s = self.settings
         while not self._stopping.is_set():
@@ -144,27 +240,75 @@ class TrainerService:
                 continue
             for msg in msgs:
                 await self.handle_message(msg)
+            self._sync_window_metrics()
 
     async def handle_message(self, msg: Msg) -> None:
+        reason = self.admit(msg.data)
         try:
-            sample = TrainingSample.decode(msg.data)
-        except SchemaError as e:
-            self.metrics.samples_rejected.labels(reason=e.reason).inc()
-            log.warning("rejected sample on %s: %s", msg.subject, e)
-            with contextlib.suppress(Exception):
-                await msg.term()
-            return
-        if self.window.add(sample):
-            self.metrics.samples_received.inc()
-            self.metrics.window_size.set(len(self.window))
-        else:
-            self.metrics.samples_rejected.labels(reason="duplicate").inc()
-        try:
-            await msg.ack()
+            if reason == ADDED or reason in _ACKED_REJECTIONS:
+                await msg.ack()
+            else:
+                log.warning("rejected sample on %s: %s", msg.subject, reason)
+                await msg.term()  # invalid: never redelivered, never trained on
         except Exception as e:  # redelivery is harmless: the window de-duplicates
-            log.warning("ack failed for %s: %s", sample.request_id, e)
+            log.warning("ack failed (%s): %s", reason, e)
 
-    # --- fitting ------------------------------------------------------------------------
+    def _sync_window_metrics(self) -> None:
+        m = self.metrics
+        m.window_size.set(len(self.window))
+        m.window_buckets_filled.set(len(self.window.bucket_sizes()))
+        for reason, total in self.window.evicted.items():
+            delta = total - self._evicted_seen.get(reason, 0)
+            if delta:
+                m.window_evicted.labels(reason=reason).inc(delta)
+        self._evicted_seen = dict(self.window.evicted)
+
+    # --- control ------------------------------------------------------------------------
+    async def flush(self) -> dict:
+        """Drop the window now; samples stamped before now are refused, also after restart."""
+        now = self.clock()
+        n = self.window.flush(now)
+        await self._redis.set(self.names.trainer_flushed_at, repr(now))
+        self._fitted_at_added = self.window.added_total
+        self.metrics.flushes.inc()
+        self._sync_window_metrics()
+        log.warning("window flushed: %d samples dropped", n)
+        return {"flushed": n, "not_before": now}
+
+    async def _on_flush(self, msg: Msg) -> None:
+        try:
+            body = await self.flush()
+        except Exception as e:
+            body = {"error": str(e)}
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(orjson.dumps(body))
+
+    async def _warm_start(self, path: str) -> None:
+        if await current_version(self._redis, self.names) is not None:
+            return
+        try:
+            data = await asyncio.to_thread(Path(path).read_bytes)
+            meta = await import_model_file(
+                self._redis,
+                self.names,
+                data,
+                origin=path,
+                now=self.clock(),
+                keep=self.settings.keep_versions,
+            )
+        except (OSError, SchemaError) as e:
+            log.error("warm start from %s failed: %s", path, e)
+            return
+        await self._announce(meta.version, meta.created_at)
+        log.info("warm start: imported %s as %s", path, meta.version)
+
+    async def _announce(self, version: str, created_at: float) -> None:
+        ann = ModelAnnouncement(version=version, created_at=created_at)
+        await self._nc.publish(self.names.model_announce, ann.encode())
+        await self._nc.flush(timeout=2.0)
+
+    # --- training -----------------------------------------------------------------------
     async def _fit_loop(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
@@ -176,57 +320,104 @@ class TrainerService:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("fit cycle failed")
+                self.metrics.fits.labels(result="error").inc()
+                log.exception("training cycle failed")
 
     def new_samples(self) -> int:
         return self.window.added_total - self._fitted_at_added
 
+    async def current_model(self) -> LatencyModel | None:
+        """The version ``current`` points at (cached per id); None if none or unloadable."""
+        version = await current_version(self._redis, self.names)
+        if version is None:
+            self._current = None
+        elif self._current is None or self._current.version != version:
+            try:
+                self._current = await load_version(self._redis, self.names, version)
+            except SchemaError as e:
+                log.error("current model %s cannot be loaded (%s); any candidate wins", version, e)
+                self._current = None
+        return self._current
+
     async def fit_now(self, *, force: bool = False) -> str | None:
-        """Fit and publish a version if the window allows; returns the version or None.
+        """Run a cycle if the window allows; returns the promoted version or None.
 
         ``force`` ignores ``min_new_samples`` (never ``min_samples``)."""
         async with self._fit_lock:
             s = self.settings
+            self.window.expire(self.clock())
+            self._sync_window_metrics()
             if not force and self.new_samples() < s.min_new_samples:
                 return None
             counts = self.window.counts()
-            lacking = missing_targets(counts, s.min_samples)
+            lacking = missing_targets(counts, s.min_samples, self.config.targets)
             if lacking:
                 if counts.get("ttft", 0) >= s.min_samples:
                     self.metrics.fits.labels(result="skipped").inc()
-                    log.info("fit skipped: too few samples for %s (%s)", lacking, counts)
+                    log.info("cycle skipped: too few samples for %s (%s)", lacking, counts)
                 return None
+            current = await self.current_model()
             entries = self.window.snapshot()  # taken on the loop, arrays built off it
+            coverage = self.window.coverage()
             added_at = self.window.added_total
-            n = len(entries)
             started = time.perf_counter()
-            try:
-                fitted = await asyncio.to_thread(fit_entries, entries, rounds=s.rounds, seed=s.seed)
-            except Exception:
-                self.metrics.fits.labels(result="error").inc()
-                raise
-            self.metrics.fit_seconds.observe(time.perf_counter() - started)
-            try:
-                version = await next_version(self._redis, self.names)
-                meta, blobs = build_meta(version, self.clock(), n, fitted)
-                await publish_version(self._redis, self.names, meta, blobs, keep=s.keep_versions)
-                ann = ModelAnnouncement(version=version, created_at=meta.created_at)
-                await self._nc.publish(self.names.model_announce, ann.encode())
-                await self._nc.flush(timeout=2.0)
-            except Exception:
-                self.metrics.fits.labels(result="error").inc()
-                raise
-            self._fitted_at_added = added_at
-            self.last_version = version
-            self.metrics.fits.labels(result="ok").inc()
-            self.metrics.set_version(version)
-            for name, f in fitted.items():
-                if f.mape is not None:
-                    self.metrics.model_mape.labels(target=name).set(f.mape)
-            log.info(
-                "published model %s (%d samples, %s)",
-                version,
-                n,
-                {k: f.mape for k, f in fitted.items()},
+            result = await asyncio.to_thread(
+                cycle_on_entries, entries, current, self.config, s.seed
             )
-            return version
+            self.metrics.fit_seconds.observe(time.perf_counter() - started)
+            self._fitted_at_added = added_at
+            self.last_result = result
+            return await self._conclude(result, coverage)
+
+    async def _conclude(self, result: CycleResult, coverage: dict) -> str | None:
+        m = self.metrics
+        m.candidates.labels(decision=result.decision).inc()
+        for key, mt in result.metrics.items():
+            if mt.get("mape") is not None:
+                m.candidate_mape.labels(target=key).set(mt["mape"])
+        record = {
+            "ts": self.clock(),
+            "action": result.decision,
+            "reason": result.reason,
+            "current": result.compared_with,
+            "holdout": result.holdout,
+            "samples": result.samples,
+            "candidate_metrics": result.metrics,
+            "current_metrics": result.current_metrics,
+        }
+        if result.decision == REJECT:
+            m.fits.labels(result="ok").inc()
+            for key in result.worse_keys:
+                m.rejections.labels(target=key).inc()
+            log.warning("candidate rejected, keeping %s: %s", result.compared_with, result.reason)
+            await append_history(self._redis, self.names, record)
+            return None
+        if result.decision != PROMOTE:
+            m.fits.labels(result="skipped").inc()
+            log.info("cycle skipped: %s", result.reason)
+            return None
+        version = await next_version(self._redis, self.names)
+        now = self.clock()
+        meta, blobs = build_meta(version, now, result, self.config, bucket_coverage=coverage)
+        await publish_version(
+            self._redis, self.names, meta, blobs, keep=self.settings.keep_versions
+        )
+        await append_history(self._redis, self.names, {**record, "version": version})
+        await self._announce(version, now)
+        self._current = LatencyModel.from_blobs(meta, blobs)
+        self.last_version = version
+        m.fits.labels(result="ok").inc()
+        m.set_version(version)
+        for key, mt in result.metrics.items():
+            if mt.get("mape") is not None:
+                m.model_mape.labels(target=key).set(mt["mape"])
+            if mt.get("coverage") is not None:
+                m.model_coverage.labels(target=key).set(mt["coverage"])
+        log.info(
+            "published model %s (%d samples, %s; %s)",
+            version,
+            result.samples,
+            {k: v.get("mape") for k, v in result.metrics.items()},
+            result.reason,
+        )
+        return version

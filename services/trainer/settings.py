@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.trainer.fitting import FitConfig
+from services.trainer.strata import DEFAULT_STRATA, Strata
+from services.trainer.validation import Limits
 from shared.settings import CommonSettings
 
 
@@ -13,18 +18,92 @@ class TrainerSettings(CommonSettings):
         env_prefix="HEADROOM_TRAINER_", extra="ignore", populate_by_name=True
     )
 
-    admin_host: str = Field("127.0.0.1", description="Bind address of /health and /metrics")
+    admin_host: str = Field("127.0.0.1", description="Bind address of /health, /metrics, /flush")
     admin_port: int = Field(9104, ge=0, le=65535, description="Admin port (0 = any free port)")
     interval_s: float = Field(10.0, gt=0, description="Seconds between refit checks")
     min_samples: int = Field(100, ge=1, description="Labelled samples a target needs to fit")
-    min_new_samples: int = Field(20, ge=0, description="New samples needed since the last fit")
-    window_size: int = Field(20000, ge=1, description="Samples kept in the window (oldest out)")
+    min_new_samples: int = Field(50, ge=0, description="New samples needed since the last fit")
+    window_size: int = Field(20000, ge=1, description="Samples kept in the window in total")
+    bucket_cap: int = Field(500, ge=1, description="Samples kept per stratum bucket (oldest out)")
+    strata: dict[str, list[float]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_STRATA.items()},
+        description="Window strata as JSON {feature: [ascending bin edges]}; default: queue "
+        "depth, KV-cache use (5% steps), prefix-score quartile, prompt length",
+    )
+    max_age_s: float = Field(
+        0.0, ge=0, description="Forget samples older than this many seconds (0 = never)"
+    )
     dedup_size: int = Field(50000, ge=1, description="Recent request ids remembered for dedup")
     keep_versions: int = Field(5, ge=1, description="Model versions kept in Redis")
     fetch_batch: int = Field(256, ge=1, description="Messages per JetStream fetch")
     fetch_timeout_s: float = Field(1.0, gt=0, description="Max wait of one JetStream fetch")
-    rounds: int = Field(200, ge=1, description="XGBoost boosting rounds per target")
+    ack_wait_s: float = Field(
+        30.0, gt=0, description="Seconds before JetStream redelivers an unacknowledged sample"
+    )
+    objective: Literal["mean", "quantile", "both"] = Field(
+        "mean", description="Model objective: mean (squared error), quantile, or both"
+    )
+    quantile_alpha: float = Field(0.9, gt=0, lt=1, description="Quantile of quantile models")
+    e2e_model: bool = Field(
+        False, description="Also fit an end-to-end latency model (non-streaming mode)"
+    )
+    rounds: int = Field(200, ge=1, description="XGBoost boosting rounds per model")
+    max_depth: int = Field(6, ge=1, le=16, description="XGBoost tree depth")
+    eta: float = Field(0.05, gt=0, le=1, description="XGBoost learning rate")
+    fit_threads: int = Field(1, ge=1, description="XGBoost threads per fit")
+    holdout_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of the window held out to evaluate each candidate"
+    )
+    min_holdout: int = Field(
+        20, ge=1, description="Unseen holdout rows a target needs to be compared"
+    )
+    promotion_margin: float = Field(
+        0.05,
+        ge=0,
+        description="A candidate this much (relative) worse than current is still promoted",
+    )
     replay_on_start: bool = Field(
-        True, description="Refill the window from already-acknowledged stream samples at start"
+        True, description="Rebuild the window from already-delivered stream samples at start"
+    )
+    replay_max: int = Field(
+        200000, ge=0, description="Most stream messages read back when rebuilding the window"
+    )
+    replay_budget_s: float = Field(60.0, gt=0, description="Time limit of the replay at start")
+    warm_start_file: str = Field(
+        "", description="Model file (headroom model export) imported when Redis has no model"
+    )
+    drift_window: int = Field(
+        1000, ge=1, description="Recent predictions in the live rolling-MAPE gauge"
+    )
+    max_latency_ms: float = Field(
+        3_600_000.0, gt=0, description="Samples with a longer TTFT or E2E are rejected"
+    )
+    max_tpot_ms: float = Field(
+        60_000.0, gt=0, description="Samples with a longer TPOT are rejected"
     )
     seed: int = Field(0, description="Seed of the holdout split and XGBoost")
+
+    @field_validator("strata")
+    @classmethod
+    def _valid_strata(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        Strata(v)  # raises ValueError on unknown features or unsorted edges
+        return v
+
+    def fit_config(self) -> FitConfig:
+        targets = ("ttft", "tpot", "e2e") if self.e2e_model else ("ttft", "tpot")
+        return FitConfig(
+            targets=targets,
+            objective=self.objective,
+            quantile_alpha=self.quantile_alpha,
+            rounds=self.rounds,
+            max_depth=self.max_depth,
+            eta=self.eta,
+            nthread=self.fit_threads,
+            holdout_fraction=self.holdout_fraction,
+            min_holdout=self.min_holdout,
+            margin=self.promotion_margin,
+            min_samples=self.min_samples,
+        )
+
+    def limits(self) -> Limits:
+        return Limits(max_latency_ms=self.max_latency_ms, max_tpot_ms=self.max_tpot_ms)

@@ -208,3 +208,4 @@ async def predictor(stack: Stack, respond: Responder) -> AsyncIterator[list[list
         yield seen
     finally:
         await sub.unsubscribe()
+        await stack.nc.flush()  # the server has dropped the interest before the next request

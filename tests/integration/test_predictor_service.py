@@ -1,42 +1,35 @@
-"""Predictors against real NATS and Redis: queue group, hot reload, refusing bad versions."""
+"""Predictors against real NATS and Redis: queue group, hot reload, refusing bad versions on
+every replica, rollback reaching every replica within seconds."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
+import pytest
 
+from services import model_cli
 from services.predictor.service import PredictorService
-from services.predictor.settings import PredictorSettings
-from services.trainer.fitting import build_meta, fit_targets
+from services.trainer.cycle import build_meta, run_cycle
+from services.trainer.fitting import FitConfig, TrainingData
 from services.trainer.service import TrainerService
 from shared.bus import connect_nats, connect_redis, ensure_samples_stream
 from shared.features import FEATURES
 from shared.model_store import next_version, publish_version
 from shared.schemas import ModelAnnouncement, PredictReply, PredictRequest
 from shared.subjects import Names
-from tests.integration.test_trainer_service import (
+from tests.integration.trainer_harness import (
     eventually,
     make_samples,
     metric,
+    predictor_settings,
     publish_samples,
     trainer_settings,
 )
-from tests.unit.test_trainer_fitting import synthetic_window
+from tests.unit.trainer_synth import synthetic_samples, synthetic_window
 
 ROWS = synthetic_window(20, seed=11).rows().tolist()
-
-
-def predictor_settings(isolated: dict, replica: str, **overrides) -> PredictorSettings:
-    base = dict(
-        nats_url=isolated["nats_url"],
-        redis_url=isolated["redis_url"],
-        namespace=isolated["namespace"],
-        admin_port=0,
-        replica_id=replica,
-        reload_interval_s=0.2,
-    )
-    return PredictorSettings(**{**base, **overrides})
 
 
 async def predict(nc, names: Names, rows=ROWS) -> PredictReply:
@@ -44,14 +37,21 @@ async def predict(nc, names: Names, rows=ROWS) -> PredictReply:
     return PredictReply.decode(msg.data)
 
 
-async def publish_model(r, nc, names: Names, *, corrupt: bool = False, announce: bool = True):
-    """Fit a tiny model in the test and publish it as the next version."""
-    window = synthetic_window(40)
+async def publish_model(
+    r, nc, names: Names, *, corrupt: str | None = None, announce: bool = True, seed: int = 1
+):
+    """Fit a tiny model in the test and publish it as the next version; ``corrupt`` breaks it
+    after storing: "checksum" (a blob byte flipped in Redis) or "schema" (feature schema)."""
+    cfg = FitConfig(rounds=5)
+    data = TrainingData.from_samples(synthetic_samples(40, seed=seed, prefix=f"m{seed}-"))
     version = await next_version(r, names)
-    meta, blobs = build_meta(version, 1.0, 40, fit_targets(window.target_arrays(), rounds=5))
-    if corrupt:
-        blobs["ttft"] = blobs["ttft"][:-1] + b"\x00"  # checksum no longer matches
+    meta, blobs = build_meta(version, 1.0, run_cycle(data, None, cfg), cfg)
+    if corrupt == "schema":
+        meta.feature_schema = 99
     await publish_version(r, names, meta, blobs)
+    if corrupt == "checksum":
+        blob = await r.hget(names.model_blob(version), "ttft")
+        await r.hset(names.model_blob(version), "ttft", blob[:-1] + bytes([blob[-1] ^ 0xFF]))
     if announce:
         await nc.publish(names.model_announce, ModelAnnouncement(version, 1.0).encode())
         await nc.flush()
@@ -116,7 +116,7 @@ async def test_missed_announcement_bad_checksum_and_bad_requests(isolated):
         await eventually(lambda: p.slot.version == v1)
 
         # A version whose blob fails its checksum is refused; v1 keeps serving.
-        v2 = await publish_model(r, nc, names, corrupt=True)
+        v2 = await publish_model(r, nc, names, corrupt="checksum")
         await eventually(
             lambda: metric(p, "headroom_predictor_model_loads_total", result="refused") >= 1
         )
@@ -136,7 +136,7 @@ async def test_missed_announcement_bad_checksum_and_bad_requests(isolated):
         assert metric(p, "headroom_predictor_request_errors_total", reason="not_json") == 1
         assert metric(p, "headroom_predictor_request_errors_total", reason="bad_row") == 1
 
-        # An announcement of an older version than the served one is ignored.
+        # Announcements only say "current moved": an older or garbage one changes nothing.
         v3 = await publish_model(r, nc, names)
         await eventually(lambda: p.slot.version == v3)
         await nc.publish(names.model_announce, ModelAnnouncement(v1, 1.0).encode())
@@ -179,5 +179,104 @@ async def test_loads_the_current_version_at_start(isolated):
         finally:
             await p.stop()
     finally:
+        await nc.close()
+        await r.aclose()
+
+
+async def start_replicas(isolated: dict, n: int, **overrides) -> list[PredictorService]:
+    replicas = [PredictorService(predictor_settings(isolated, f"rep-{i}", **overrides))
+                for i in range(n)]  # fmt: skip
+    for p in replicas:
+        await p.start()
+    return replicas
+
+
+async def answered_by_every_replica(nc, names: Names, n: int, tries: int = 60) -> dict:
+    """replica -> model versions seen in its replies (bounded number of requests)."""
+    seen: dict[str, set] = {}
+    for _ in range(tries):
+        reply = await predict(nc, names)
+        assert reply.status == "ok", reply.error
+        seen.setdefault(reply.replica, set()).add(reply.model_version)
+        if len(seen) == n:
+            break
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "reason"), [("checksum", "checksum"), ("schema", "feature_schema")]
+)
+async def test_a_corrupted_version_is_refused_by_every_replica(isolated, corrupt, reason):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
+    replicas = await start_replicas(isolated, 3)
+    try:
+        v1 = await publish_model(r, nc, names)
+        await eventually(lambda: all(p.slot.version == v1 for p in replicas))
+        bad = await publish_model(r, nc, names, corrupt=corrupt, seed=2)
+        await eventually(lambda: all(bad in p.refused for p in replicas))
+        for p in replicas:
+            assert p.refused[bad] == reason
+            assert p.slot.version == v1  # the last good model stays in service
+            assert metric(p, "headroom_predictor_model_refusals_total", reason=reason) == 1
+            assert metric(p, "headroom_predictor_model_info", version=v1) == 1
+        await asyncio.sleep(0.5)  # several periodic checks: refused once, not retried
+        for p in replicas:
+            assert metric(p, "headroom_predictor_model_loads_total", result="refused") == 1
+        seen = await answered_by_every_replica(nc, names, 3)
+        assert seen == {f"rep-{i}": {v1} for i in range(3)}
+    finally:
+        for p in replicas:
+            await p.stop()
+        await nc.close()
+        await r.aclose()
+
+
+async def test_rollback_switches_every_replica_within_5_seconds(isolated, monkeypatch):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
+    # A long periodic check: the switch must come from the rollback's announcement.
+    replicas = await start_replicas(isolated, 3, reload_interval_s=30.0)
+    try:
+        v1 = await publish_model(r, nc, names)
+        v2 = await publish_model(r, nc, names, seed=2)
+        await eventually(lambda: all(p.slot.version == v2 for p in replicas))
+        monkeypatch.setenv("HEADROOM_REDIS_URL", isolated["redis_url"])
+        monkeypatch.setenv("HEADROOM_NATS_URL", isolated["nats_url"])
+        monkeypatch.setenv("HEADROOM_NAMESPACE", names.namespace)
+        started = time.monotonic()
+        assert await asyncio.to_thread(model_cli.main, ["rollback", v1]) == 0
+        await eventually(lambda: all(p.slot.version == v1 for p in replicas), within=5.0)
+        assert time.monotonic() - started <= 5.0
+        seen = await answered_by_every_replica(nc, names, 3)
+        assert seen == {f"rep-{i}": {v1} for i in range(3)}
+        # And forward again: rolling "back" to the newer kept version works the same way.
+        assert await asyncio.to_thread(model_cli.main, ["rollback", v2]) == 0
+        await eventually(lambda: all(p.slot.version == v2 for p in replicas), within=5.0)
+    finally:
+        for p in replicas:
+            await p.stop()
+        await nc.close()
+        await r.aclose()
+
+
+async def test_rollback_reaches_replicas_that_missed_the_announcement(isolated):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
+    replicas = await start_replicas(isolated, 2)
+    try:
+        v1 = await publish_model(r, nc, names)
+        await publish_model(r, nc, names, seed=2)
+        await eventually(lambda: all(p.slot.version == "v2" for p in replicas))
+        argv = ["--redis-url", isolated["redis_url"], "--namespace", names.namespace,
+                "--nats-url", "nats://127.0.0.1:1", "rollback", v1]  # fmt: skip
+        assert await asyncio.to_thread(model_cli.main, argv) == 0  # NATS down: not announced
+        await eventually(lambda: all(p.slot.version == v1 for p in replicas), within=5.0)
+    finally:
+        for p in replicas:
+            await p.stop()
         await nc.close()
         await r.aclose()

@@ -1,74 +1,35 @@
-"""Trainer against real NATS JetStream and Redis: consume, window, fit, publish, announce."""
+"""Trainer against real NATS JetStream and Redis: consume, validate, window, fit, publish,
+announce, flush, warm start, live prediction error."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-import time
-from collections.abc import Callable
 
 import aiohttp
 import orjson
 
 from services.trainer.service import TrainerService
-from services.trainer.settings import TrainerSettings
 from shared.bus import connect_nats, connect_redis, ensure_samples_stream
-from shared.model_store import current_version, load_version
+from shared.model_store import (
+    current_version,
+    encode_model_file,
+    load_version,
+    read_history,
+    read_version,
+)
 from shared.schemas import ModelAnnouncement, ModelMeta, TrainingSample
 from shared.subjects import Names
-from tests.unit.test_trainer_fitting import synthetic_sample
+from tests.integration.trainer_harness import (
+    all_acked,
+    eventually,
+    make_samples,
+    metric,
+    publish_samples,
+    trainer_settings,
+)
 
 
-async def eventually(cond: Callable[[], object], within: float = 15.0, step: float = 0.05):
-    """Poll ``cond`` (sync or async) until truthy; bounded in time."""
-    deadline = time.monotonic() + within
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within}s")
-        await asyncio.sleep(step)
-
-
-def trainer_settings(isolated: dict, **overrides) -> TrainerSettings:
-    base = dict(
-        nats_url=isolated["nats_url"],
-        redis_url=isolated["redis_url"],
-        namespace=isolated["namespace"],
-        admin_port=0,
-        min_samples=30,
-        min_new_samples=10,
-        interval_s=0.2,
-        rounds=20,
-        fetch_timeout_s=0.2,
-    )
-    return TrainerSettings(**{**base, **overrides})
-
-
-async def publish_samples(js, names: Names, samples: list[TrainingSample]) -> None:
-    for s in samples:
-        await js.publish(names.samples(s.pool), s.encode(), headers={"Nats-Msg-Id": s.request_id})
-
-
-def make_samples(n: int, seed: int = 5, prefix: str = "r") -> list[TrainingSample]:
-    rng = random.Random(seed)
-    return [synthetic_sample(rng, i, request_id=f"{prefix}{i}") for i in range(n)]
-
-
-async def all_acked(js, names: Names) -> bool:
-    info = await js.consumer_info(names.samples_stream, names.trainer_durable)
-    return info.num_pending == 0 and info.num_ack_pending == 0
-
-
-def metric(svc, name: str, **labels) -> float:
-    v = svc.metrics.registry.get_sample_value(name, labels or None)
-    return 0.0 if v is None else v
-
-
-async def test_trainer_consumes_fits_publishes_and_announces(isolated):
+async def test_trainer_consumes_validates_fits_publishes_and_announces(isolated):
     names: Names = isolated["names"]
     nc = await connect_nats(isolated["nats_url"], "test")
     r = connect_redis(isolated["redis_url"])
@@ -85,13 +46,20 @@ async def test_trainer_consumes_fits_publishes_and_announces(isolated):
     subject = names.samples("default")
     # Same request id under another message id: JetStream keeps it, the window must not.
     await js.publish(subject, samples[0].encode(), headers={"Nats-Msg-Id": "retry-of-r0"})
-    # Malformed samples: counted by reason, never trained on.
-    await js.publish(subject, b"not json", headers={"Nats-Msg-Id": "bad-1"})
-    await js.publish(
-        subject, orjson.dumps({"v": 1, "request_id": "x"}), headers={"Nats-Msg-Id": "bad-2"}
-    )
-    bad_row = {**samples[1].to_dict(), "request_id": "bad-3", "features": [1.0, 2.0]}
-    await js.publish(subject, orjson.dumps(bad_row), headers={"Nats-Msg-Id": "bad-3"})
+    # Malformed or implausible samples: counted by reason, never trained on.
+    good = samples[1].to_dict()
+    bad = {
+        "not_json": b"not json",
+        "missing_field": orjson.dumps({"v": 1, "request_id": "x"}),
+        "bad_row": orjson.dumps({**good, "request_id": "b3", "features": [1.0, 2.0]}),
+        "nan": samples[1].encode().replace(b'"e2e_ms":', b'"e2e_ms":NaN,"x":'),
+        "schema_version": orjson.dumps({**good, "request_id": "b5", "v": 7}),
+        "feature_schema": orjson.dumps({**good, "request_id": "b6", "feature_schema": 2}),
+        "negative": orjson.dumps({**good, "request_id": "b7", "ttft_ms": -3.0}),
+        "absurd_tpot": orjson.dumps({**good, "request_id": "b8", "tpot_ms": 1e7}),
+    }
+    for i, data in enumerate(bad.values()):
+        await js.publish(subject, data, headers={"Nats-Msg-Id": f"bad-{i}"})
 
     svc = TrainerService(trainer_settings(isolated))
     await svc.start()
@@ -101,73 +69,129 @@ async def test_trainer_consumes_fits_publishes_and_announces(isolated):
         assert await current_version(r, names) == "v1"
         model = await load_version(r, names, "v1")
         meta: ModelMeta = model.meta
-        assert meta.samples == 60
+        assert meta.samples == 60 and meta.source == "trainer"
         assert set(meta.targets) == {"ttft", "tpot"}
         assert all(t["format"] == "ubj" for t in meta.targets.values())
-        assert set(meta.metrics["ttft"]) >= {"mape", "mae", "holdout"}
-        assert set(model.boosters) == {"ttft", "tpot"}
+        assert set(meta.metrics["ttft"]) >= {"mape", "mae", "holdout", "samples", "n"}
+        assert meta.evaluation["decision"] == "promote"
+        assert meta.evaluation["reason"] == "first_model"
+        assert meta.bucket_coverage["buckets_total"] == 2000
+        assert meta.bucket_coverage["buckets_filled"] >= 5
+        assert meta.trained_until is not None and meta.params["rounds"] == 20
 
         assert len(svc.window) == 60
         assert metric(svc, "headroom_trainer_samples_received_total") == 60
         assert metric(svc, "headroom_trainer_window_size") == 60
-        for reason in ("not_json", "missing_field", "bad_row", "duplicate"):
-            assert metric(svc, "headroom_trainer_samples_rejected_total", reason=reason) == 1
+        for reason in [*bad, "duplicate"]:
+            assert metric(svc, "headroom_trainer_samples_rejected_total", reason=reason) == 1, (
+                reason
+            )
         assert metric(svc, "headroom_trainer_fits_total", result="ok") == 1
+        assert metric(svc, "headroom_trainer_candidates_total", decision="promote") == 1
         assert metric(svc, "headroom_trainer_model_version_info", version="v1") == 1
         assert metric(svc, "headroom_trainer_fit_seconds_count") == 1
         assert metric(svc, "headroom_trainer_model_mape", target="ttft") > 0
+        assert metric(svc, "headroom_trainer_window_buckets_filled") >= 5
 
-        # No new samples: the periodic check does not refit; a forced fit does.
+        # No new samples: the periodic check does not refit; a forced cycle finds nothing
+        # unseen by v1 to compare on and skips.
         assert await svc.fit_now() is None
-        assert await svc.fit_now(force=True) == "v2"
+        assert await svc.fit_now(force=True) is None
+        assert svc.last_result.reason == "too_few_unseen_samples"
+        await publish_samples(js, names, make_samples(40, seed=6, prefix="n"))
+        await eventually(lambda: svc.last_version == "v2")
         await eventually(lambda: len(announced) == 2)
         assert announced[1].version == "v2"
-        assert metric(svc, "headroom_trainer_model_version_info", version="v1") == 0
+        meta2 = (await load_version(r, names, "v2")).meta
+        assert (
+            meta2.evaluation["compared_with"] == "v1" and meta2.evaluation["reason"] == "not_worse"
+        )
+        assert meta2.evaluation["current"]["ttft"]["n"] == meta2.metrics["ttft"]["n"]
+        history = await read_history(r, names)
+        assert [h["action"] for h in history] == ["promote", "promote"]
+        assert history[0]["version"] == "v2" and history[0]["current"] == "v1"
 
         async with aiohttp.ClientSession() as http:
             base = f"http://127.0.0.1:{svc.admin_port}"
             async with http.get(f"{base}/health") as resp:
                 assert resp.status == 200
                 body = await resp.json()
-                assert body["ready"] and body["window"] == 60 and body["model_version"] == "v2"
+                assert body["ready"] and body["window"] == 100 and body["model_version"] == "v2"
+                assert body["last_decision"]["decision"] == "promote"
             async with http.get(f"{base}/metrics") as resp:
                 text = await resp.text()
-                assert 'headroom_trainer_samples_rejected_total{reason="not_json"} 1.0' in text
+                assert 'headroom_trainer_samples_rejected_total{reason="nan"} 1.0' in text
     finally:
         await svc.stop()
 
-    # Everything was acknowledged (malformed ones terminated): nothing left to redeliver.
+    # Everything was acknowledged (invalid ones terminated): nothing left to redeliver.
     await eventually(lambda: all_acked(js, names))
     await nc.close()
     await r.aclose()
 
 
-async def test_new_samples_trigger_refit_and_old_versions_are_dropped(isolated):
+async def test_live_prediction_error_gauge(isolated):
     names: Names = isolated["names"]
     nc = await connect_nats(isolated["nats_url"], "test")
-    r = connect_redis(isolated["redis_url"])
     js = nc.jetstream()
     await ensure_samples_stream(js, names)
-    svc = TrainerService(trainer_settings(isolated, keep_versions=2, window_size=50))
+    samples = []
+    for s in make_samples(20):
+        d = s.to_dict()
+        d.update(routing="predicted", model_version="v9", predicted_ttft_ms=s.ttft_ms * 1.2,
+                 predicted_tpot_ms=s.tpot_ms * 0.9)  # fmt: skip
+        samples.append(TrainingSample.from_dict(d))
+    svc = TrainerService(trainer_settings(isolated, interval_s=60.0))
     await svc.start()
     try:
-        await publish_samples(js, names, make_samples(40, seed=1, prefix="a"))
-        await eventually(lambda: svc.last_version == "v1")
-        # Fewer than min_new_samples new ones: no refit.
-        await publish_samples(js, names, make_samples(5, seed=2, prefix="b"))
-        await eventually(lambda: len(svc.window) == 45)
-        assert await svc.fit_now() is None
-        await publish_samples(js, names, make_samples(20, seed=3, prefix="c"))
-        await eventually(lambda: svc.last_version == "v2")
-        assert len(svc.window) == 50  # bounded: oldest out
-        assert await svc.fit_now(force=True) == "v3"
-        versions = [v.decode() for v in await r.lrange(names.model_versions, 0, -1)]
-        assert versions == ["v3", "v2"]
-        assert not await r.exists(names.model_blob("v1"))
+        await publish_samples(js, names, samples)
+        await eventually(lambda: len(svc.window) == 20)
+        assert abs(metric(svc, "headroom_trainer_live_mape", target="ttft") - 0.2) < 1e-9
+        assert abs(metric(svc, "headroom_trainer_live_mape", target="tpot") - 0.1) < 1e-9
+        assert metric(svc, "headroom_trainer_live_mape_samples", target="ttft") == 20
+        assert svc.health()["live_mape"]["ttft"] is not None
     finally:
         await svc.stop()
         await nc.close()
-        await r.aclose()
+
+
+async def test_flush_over_nats_and_http_survives_restart(isolated):
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    js = nc.jetstream()
+    await ensure_samples_stream(js, names)
+    svc = TrainerService(trainer_settings(isolated, interval_s=60.0))
+    await svc.start()
+    try:
+        await publish_samples(js, names, make_samples(30, prefix="old"))
+        await eventually(lambda: len(svc.window) == 30)
+        late = make_samples(5, prefix="late", seed=1)  # completed before the flush
+        await asyncio.sleep(0.05)
+        msg = await nc.request(names.trainer_flush, b"{}", timeout=5.0)
+        assert orjson.loads(msg.data)["flushed"] == 30
+        assert len(svc.window) == 0
+        assert metric(svc, "headroom_trainer_flushes_total") == 1
+        assert metric(svc, "headroom_trainer_window_evicted_total", reason="flush") == 30
+        # Samples completed before the flush but arriving after it stay out.
+        await publish_samples(js, names, late)
+        fresh = make_samples(7, prefix="new", seed=2)
+        await publish_samples(js, names, fresh)
+        await eventually(lambda: len(svc.window) == 7)
+        assert metric(svc, "headroom_trainer_samples_rejected_total", reason="flushed") == 5
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{svc.admin_port}/flush") as resp:
+                assert (await resp.json())["flushed"] == 7
+    finally:
+        await svc.stop()
+    await eventually(lambda: all_acked(js, names))
+    # A restarted trainer replays the stream but keeps the flushed samples out.
+    again = TrainerService(trainer_settings(isolated, interval_s=60.0))
+    await again.start()
+    try:
+        assert len(again.window) == 0 and again.window.added_total == 0
+    finally:
+        await again.stop()
+        await nc.close()
 
 
 async def test_tpot_lagging_skips_the_fit_until_both_targets_have_enough(isolated):
@@ -190,8 +214,8 @@ async def test_tpot_lagging_skips_the_fit_until_both_targets_have_enough(isolate
         await eventually(lambda: len(svc.window) == 70)
         assert await svc.fit_now() == "v1"
         model = await load_version(r, names, "v1")
-        assert model.meta.metrics["tpot"]["samples"] == 30
-        assert model.meta.metrics["ttft"]["samples"] == 70
+        assert model.meta.metrics["tpot"]["samples"] + model.meta.metrics["tpot"]["n"] == 30
+        assert model.meta.metrics["ttft"]["samples"] + model.meta.metrics["ttft"]["n"] == 70
     finally:
         await svc.stop()
         await nc.close()
@@ -204,35 +228,39 @@ def _single_token(s: TrainingSample) -> TrainingSample:
     return TrainingSample.from_dict(d)
 
 
-async def test_restarted_trainer_refills_its_window_from_the_stream(isolated):
+async def test_warm_start_imports_a_model_file_when_redis_has_none(isolated, tmp_path):
     names: Names = isolated["names"]
     nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
     js = nc.jetstream()
     await ensure_samples_stream(js, names)
-    samples = make_samples(60)
-    await publish_samples(js, names, samples[:30])
-    await js.publish(names.samples("default"), b"junk", headers={"Nats-Msg-Id": "junk"})
-    await publish_samples(js, names, samples[30:])
-    first = TrainerService(trainer_settings(isolated))
+    first = TrainerService(trainer_settings(isolated, interval_s=60.0))
     await first.start()
     try:
-        await eventually(lambda: first.last_version == "v1")
+        await publish_samples(js, names, make_samples(50))
+        await eventually(lambda: len(first.window) == 50)
+        assert await first.fit_now() == "v1"
     finally:
         await first.stop()
-
-    await eventually(lambda: all_acked(js, names))  # acks are asynchronous
-    await publish_samples(js, names, make_samples(5, seed=8, prefix="late"))
-    second = TrainerService(trainer_settings(isolated, window_size=50))
-    await second.start()
+    path = tmp_path / "model.json"
+    path.write_bytes(encode_model_file(*await read_version(r, names, "v1")))
+    # A new deployment: its own namespace, nothing in Redis.
+    other = Names(f"{names.namespace}-b")
+    settings = trainer_settings({**isolated, "namespace": other.namespace},
+                                interval_s=60.0, warm_start_file=str(path))  # fmt: skip
+    svc = TrainerService(settings)
     try:
-        # The last 50 acknowledged stream messages (one of them junk) plus 5 new samples.
-        assert metric(second, "headroom_trainer_samples_replayed_total") == 49
-        await eventually(lambda: metric(second, "headroom_trainer_samples_received_total") == 5)
-        assert len(second.window) == 50
-        assert second.new_samples() == 5  # replayed samples do not count as new
-        assert await second.fit_now() is None
-        assert await second.fit_now(force=True) == "v2"
+        await svc.start()
+        assert await current_version(r, other) == "v1"
+        meta = (await load_version(r, other, "v1")).meta
+        assert meta.source == "import" and meta.trained_until is None
+        assert meta.params["imported_from"]["origin"] == str(path)
+        assert (await read_history(r, other))[0]["action"] == "import"
     finally:
-        await second.stop()
-    await eventually(lambda: all_acked(js, names))
-    await nc.close()
+        await svc.stop()
+        await js.delete_stream(other.samples_stream)
+        from shared.model_store import delete_namespace
+
+        await delete_namespace(r, other)
+        await nc.close()
+        await r.aclose()

@@ -7,12 +7,12 @@ import pytest
 
 from services.predictor.core import ModelSlot, PredictHandler, check_servable
 from services.predictor.metrics import PredictorMetrics
-from services.predictor.service import version_seq
-from services.trainer.fitting import build_meta, fit_targets
+from services.trainer.cycle import build_meta, run_cycle
+from services.trainer.fitting import FitConfig, TrainingData
 from shared.features import FEATURES
 from shared.latency_model import LatencyModel
 from shared.schemas import PredictReply, PredictRequest, SchemaError
-from tests.unit.test_trainer_fitting import synthetic_window
+from tests.unit.trainer_synth import synthetic_window
 
 N = len(FEATURES)
 
@@ -22,10 +22,10 @@ def window():
     return synthetic_window(200)
 
 
-def make_model(window, version: str, rounds: int = 10) -> LatencyModel:
-    meta, blobs = build_meta(
-        version, 1.0, len(window), fit_targets(window.target_arrays(), rounds=rounds)
-    )
+def make_model(window, version: str, rounds: int = 10, objective: str = "mean") -> LatencyModel:
+    cfg = FitConfig(rounds=rounds, objective=objective)
+    result = run_cycle(TrainingData.from_entries(window.snapshot()), None, cfg)
+    meta, blobs = build_meta(version, 1.0, result, cfg)
     return LatencyModel.from_blobs(meta, blobs)
 
 
@@ -136,8 +136,23 @@ def test_a_model_whose_columns_do_not_fit_is_not_servable(model):
     assert e.value.reason == "unservable"
 
 
-@pytest.mark.parametrize(
-    ("version", "seq"), [("v1", 1), ("v42", 42), ("x1", None), ("", None), (None, None)]
-)
-def test_version_seq(version, seq):
-    assert version_seq(version) == seq
+async def test_served_objective_is_chosen_per_replica(window):
+    both = make_model(window, "v4", rounds=20, objective="both")
+    slot = ModelSlot()
+    slot.swap(both)
+    rows = window.rows()[:20].tolist()
+    mean = await ask(PredictHandler(slot, PredictorMetrics(), "r"), {"v": 1, "rows": rows})
+    p90 = await ask(
+        PredictHandler(slot, PredictorMetrics(), "r", prefer="quantile"), {"v": 1, "rows": rows}
+    )
+    assert mean.model_version == p90.model_version == "v4"
+    assert mean.ttft_ms == both.predict_key("ttft", window.rows()[:20]).tolist()
+    assert p90.ttft_ms == both.predict_key("ttft_p90", window.rows()[:20]).tolist()
+    assert p90.ttft_ms != mean.ttft_ms
+
+
+def test_a_quantile_only_model_serves_either_preference(window):
+    q = make_model(window, "v5", rounds=5, objective="quantile")
+    assert set(q.boosters) == {"ttft_p90", "tpot_p90"}
+    check_servable(q, "mean")  # falls back to what the version has
+    check_servable(q, "quantile")

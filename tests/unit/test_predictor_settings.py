@@ -15,7 +15,8 @@ def test_defaults(monkeypatch):
     for k in ("HEADROOM_PREDICTOR_REPLICA_ID", "HEADROOM_PREDICTOR_RELOAD_INTERVAL_S"):
         monkeypatch.delenv(k, raising=False)
     s = PredictorSettings()
-    assert (s.admin_host, s.admin_port, s.reload_interval_s) == ("127.0.0.1", 9102, 5.0)
+    assert (s.admin_host, s.admin_port, s.reload_interval_s) == ("127.0.0.1", 9102, 2.0)
+    assert s.objective == "mean"
     assert s.replica_id == f"{socket.gethostname()}-{os.getpid()}"
 
 
@@ -30,3 +31,5 @@ def test_env(monkeypatch):
 def test_invalid_values_are_rejected():
     with pytest.raises(ValidationError):
         PredictorSettings(reload_interval_s=0)
+    with pytest.raises(ValidationError):
+        PredictorSettings(objective="both")

@@ -1,127 +1,171 @@
-"""Fitting learns a synthetic latency relationship; versions are described correctly."""
+"""Fitting: mean and quantile models learn a synthetic latency relationship; training data
+from samples, entries and arrays; model specs and metadata."""
 
 from __future__ import annotations
-
-import math
-import random
 
 import numpy as np
 import pytest
 
-from services.trainer.fitting import build_meta, fit_targets, missing_targets
-from services.trainer.window import SampleWindow
-from shared.features import FEATURES, TPOT_COLUMNS, TTFT_COLUMNS, PodLoad, build_row
-from shared.latency_model import LatencyModel, sha256
-from shared.schemas import ModelMeta, TrainingSample
-
-EFFECTIVE = FEATURES.index("effective_input_tokens")
-WAITING = FEATURES.index("num_request_waiting")
-RUNNING = FEATURES.index("num_request_running")
-KV = FEATURES.index("kv_cache_percentage")
+from services.trainer.cycle import build_meta, run_cycle
+from services.trainer.fitting import FitConfig, TrainingData, fit_models, missing_targets
+from shared.features import TPOT_COLUMNS, TTFT_COLUMNS
+from shared.latency_model import LatencyModel, ModelSpec, evaluate, sha256, spec_from_info
+from shared.schemas import ModelMeta
+from tests.unit.trainer_synth import synthetic_samples, true_tpot, true_ttft
 
 
-def true_ttft(row: list[float]) -> float:
-    return 20.0 + 0.1 * row[EFFECTIVE] + 30.0 * row[WAITING]
+@pytest.fixture(scope="module")
+def train() -> TrainingData:
+    return TrainingData.from_samples(synthetic_samples(1500, seed=1, noise=0.1))
 
 
-def true_tpot(row: list[float]) -> float:
-    return 8.0 + 2.0 * row[RUNNING] + 20.0 * row[KV]
+@pytest.fixture(scope="module")
+def test_rows() -> np.ndarray:
+    return TrainingData.from_samples(synthetic_samples(400, seed=2, prefix="t")).rows
 
 
-def synthetic_sample(rng: random.Random, i: int, *, request_id: str | None = None):
-    """A TrainingSample whose latencies follow true_ttft / true_tpot (no noise)."""
-    load = PodLoad(
-        waiting=float(rng.randint(0, 5)),
-        running=float(rng.randint(0, 16)),
-        kv_usage=rng.random(),
-    )
-    tokens = rng.randint(10, 4000)
-    row = build_row(tokens, rng.choice([0.0, 0.25, 0.5, 0.9]), load)
-    return TrainingSample(
-        request_id=request_id or f"req-{i}",
-        pool="default",
-        pod=f"pod-{i % 3}",
-        model="m",
-        features=row,
-        e2e_ms=1000.0,
-        input_tokens=tokens,
-        output_tokens=32,
-        streaming=True,
-        ts=float(i),
-        ttft_ms=true_ttft(row),
-        tpot_ms=true_tpot(row),
-    )
+def test_training_data_from_samples():
+    samples = synthetic_samples(5, seed=1)
+    d = TrainingData.from_samples(samples)
+    assert d.rows.shape == (5, 11) and len(d) == 5
+    assert d.labels["ttft"].tolist() == [s.ttft_ms for s in samples]
+    assert d.labels["e2e"].tolist() == [s.e2e_ms for s in samples]
+    assert d.counts() == {"ttft": 5, "tpot": 5, "e2e": 5}
+    arr = TrainingData.from_arrays(d.rows, {"ttft": [1.0, np.nan, 2.0, 3.0, 4.0]})
+    assert arr.counts() == {"ttft": 4} and arr.ts.tolist() == [0.0] * 5
 
 
-def synthetic_window(n: int, seed: int = 1) -> SampleWindow:
-    rng = random.Random(seed)
-    w = SampleWindow(max_size=n)
-    for i in range(n):
-        w.add(synthetic_sample(rng, i))
-    return w
-
-
-def test_fit_learns_synthetic_relationship():
-    train = synthetic_window(1500, seed=1)
-    fitted = fit_targets(train.target_arrays(), rounds=200)
-    assert fitted["ttft"].mape is not None and fitted["ttft"].mape < 0.15
-    assert fitted["tpot"].mape is not None and fitted["tpot"].mape < 0.15
-
-    meta, blobs = build_meta("v1", 123.0, len(train), fitted)
-    model = LatencyModel.from_blobs(meta, blobs)
-    test = synthetic_window(300, seed=2)
-    rows = test.rows()
-    pred = model.predict(rows)
-    y_ttft = np.array([true_ttft(list(r)) for r in rows])
-    y_tpot = np.array([true_tpot(list(r)) for r in rows])
+def test_mean_models_learn_the_relationship(train, test_rows):
+    result = run_cycle(train, None, FitConfig(rounds=200))
+    assert result.decision == "promote" and result.reason == "first_model"
+    assert result.metrics["ttft"]["mape"] < 0.15 and result.metrics["tpot"]["mape"] < 0.15
+    model = result.model("lab")
+    pred = model.predict(test_rows)
+    y_ttft = np.array([true_ttft(r) for r in test_rows])
+    y_tpot = np.array([true_tpot(r) for r in test_rows])
     assert np.mean(np.abs(pred["ttft"] - y_ttft) / y_ttft) < 0.15
     assert np.mean(np.abs(pred["tpot"] - y_tpot) / y_tpot) < 0.15
 
 
-def test_build_meta_describes_every_target():
-    w = synthetic_window(60)
-    fitted = fit_targets(w.target_arrays(), rounds=5)
-    meta, blobs = build_meta("v7", 99.5, len(w), fitted)
-    assert set(blobs) == {"ttft", "tpot"}
-    assert meta.targets["ttft"]["columns"] == list(TTFT_COLUMNS)
+def test_quantile_models_cover_about_p90(train):
+    cfg = FitConfig(objective="both", rounds=150)
+    result = run_cycle(train, None, cfg)
+    assert set(result.models) == {"ttft", "tpot", "ttft_p90", "tpot_p90"}
+    for key in ("ttft_p90", "tpot_p90"):
+        m = result.metrics[key]
+        assert 0.8 <= m["coverage"] <= 0.97, m
+        assert m["pinball"] > 0
+    model = result.model("lab")
+    assert model.key_for("ttft", "quantile") == "ttft_p90"
+    assert model.key_for("ttft", "mean") == "ttft"
+    p = model.predict(train.rows[:200])
+    assert np.mean(p["ttft_p90"] >= p["ttft"]) > 0.8  # p90 above the mean mostly
+
+
+def test_e2e_target(train):
+    result = run_cycle(train, None, FitConfig(targets=("ttft", "tpot", "e2e"), rounds=50))
+    assert set(result.models) == {"ttft", "tpot", "e2e"}
+    assert result.models["e2e"].spec.columns == TTFT_COLUMNS
+    assert result.metrics["e2e"]["mape"] < 0.3
+
+
+def test_build_meta_describes_every_model(train):
+    cfg = FitConfig(objective="both", rounds=5)
+    result = run_cycle(train, None, cfg)
+    meta, blobs = build_meta("v7", 99.5, result, cfg, bucket_coverage={"buckets_filled": 3})
+    assert set(blobs) == {"ttft", "tpot", "ttft_p90", "tpot_p90"}
     assert meta.targets["tpot"]["columns"] == list(TPOT_COLUMNS)
-    for name, blob in blobs.items():
-        assert meta.targets[name] == {
-            "sha256": sha256(blob),
-            "columns": meta.targets[name]["columns"],
-            "format": "ubj",
-        }
-        m = meta.metrics[name]
-        assert m["holdout"] == 6 and m["samples"] == 60
-        assert math.isfinite(m["mape"]) and math.isfinite(m["mae"])
+    assert meta.targets["ttft_p90"] == {
+        "sha256": sha256(blobs["ttft_p90"]),
+        "columns": list(TTFT_COLUMNS),
+        "format": "ubj",
+        "target": "ttft",
+        "objective": "quantile",
+        "quantile_alpha": 0.9,
+    }
+    assert meta.metrics["ttft"]["holdout"] == 150 and meta.metrics["ttft"]["samples"] == 1350
+    assert meta.bucket_coverage == {"buckets_filled": 3}
+    assert meta.evaluation["decision"] == "promote" and meta.params["rounds"] == 5
+    assert meta.trained_until is not None and meta.source == "trainer"
     again = ModelMeta.decode(meta.encode())
     assert again == meta
+    loaded = LatencyModel.from_blobs(again, blobs)
+    assert loaded.spec("tpot_p90") == ModelSpec("tpot", "quantile", 0.9)
 
 
 def test_small_fit_has_no_holdout_metrics():
-    w = synthetic_window(10)
-    fitted = fit_targets(w.target_arrays(), rounds=3)
-    assert fitted["ttft"].holdout == 0
-    assert fitted["ttft"].mape is None and fitted["ttft"].mae is None
-    meta, _ = build_meta("v1", 0.0, 10, fitted)
+    data = TrainingData.from_samples(synthetic_samples(10))
+    result = run_cycle(data, None, FitConfig(rounds=3))
+    assert result.holdout == 0 and result.metrics["ttft"]["mape"] is None
+    meta, _ = build_meta("v1", 0.0, result, FitConfig(rounds=3))
     assert b"NaN" not in meta.encode()
 
 
-def test_fit_is_deterministic():
-    arrays = synthetic_window(80).target_arrays()
-    a = fit_targets(arrays, rounds=5, seed=3)
-    b = fit_targets(arrays, rounds=5, seed=3)
+def test_fit_is_deterministic(train):
+    mask = np.ones(len(train), dtype=bool)
+    a = fit_models(train, mask, FitConfig(rounds=5), seed=3)
+    b = fit_models(train, mask, FitConfig(rounds=5), seed=3)
     assert a["ttft"].sha256 == b["ttft"].sha256
 
 
+def test_evaluate_metrics():
+    y = np.array([100.0, 200.0, 0.0])
+    pred = np.array([110.0, 180.0, 0.5])
+    m = evaluate(pred, y, ModelSpec("ttft"))
+    assert m["n"] == 3 and m["mae"] == pytest.approx(30.5 / 3)
+    assert m["mape"] == pytest.approx((0.1 + 0.1 + 0.5) / 3)  # 0 ms label floored to 1 ms
+    q = evaluate(pred, y, ModelSpec("ttft", "quantile", 0.9))
+    assert q["coverage"] == pytest.approx(2 / 3)
+    assert q["pinball"] == pytest.approx((0.1 * 10 + 0.9 * 20 + 0.1 * 0.5) / 3)
+    assert evaluate(np.zeros(0), np.zeros(0), ModelSpec("tpot"))["mape"] is None
+
+
 @pytest.mark.parametrize(
-    ("counts", "minimum", "missing"),
+    ("key", "info", "spec"),
     [
-        ({"ttft": 100, "tpot": 100}, 100, []),
-        ({"ttft": 100, "tpot": 99}, 100, ["tpot"]),
-        ({"ttft": 5, "tpot": 200}, 100, ["ttft"]),
-        ({}, 1, ["ttft", "tpot"]),
+        ("ttft", {}, ModelSpec("ttft")),
+        ("tpot_p90", {}, ModelSpec("tpot", "quantile", 0.9)),
+        (
+            "e2e_p50",
+            {"objective": "quantile", "quantile_alpha": 0.5},
+            ModelSpec("e2e", "quantile", 0.5),
+        ),
     ],
 )
-def test_missing_targets(counts, minimum, missing):
-    assert missing_targets(counts, minimum) == missing
+def test_spec_from_info(key, info, spec):
+    assert spec_from_info(key, info) == spec and spec.key == key
+
+
+@pytest.mark.parametrize(
+    ("key", "info"),
+    [("latency", {}), ("ttft", {"objective": "quantile"}), ("ttft_p90", {"quantile_alpha": 0.5})],
+)
+def test_inconsistent_specs(key, info):
+    with pytest.raises(ValueError):
+        spec_from_info(key, info)
+
+
+@pytest.mark.parametrize(
+    ("counts", "minimum", "targets", "missing"),
+    [
+        ({"ttft": 100, "tpot": 100}, 100, ("ttft", "tpot"), []),
+        ({"ttft": 100, "tpot": 99}, 100, ("ttft", "tpot"), ["tpot"]),
+        ({"ttft": 100, "tpot": 100}, 100, ("ttft", "tpot", "e2e"), ["e2e"]),
+        ({}, 1, ("ttft", "tpot"), ["ttft", "tpot"]),
+    ],
+)
+def test_missing_targets(counts, minimum, targets, missing):
+    assert missing_targets(counts, minimum, targets) == missing
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        FitConfig(objective="median")
+    with pytest.raises(ValueError):
+        FitConfig(targets=("latency",))
+    with pytest.raises(ValueError):
+        FitConfig(objective="quantile", quantile_alpha=1.5)
+    assert [s.key for s in FitConfig(objective="quantile", quantile_alpha=0.95).specs()] == [
+        "ttft_p95",
+        "tpot_p95",
+    ]
