@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from shared import embedded
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ADMIN_PORTS = {
+    "collector": 9101,
+    **{f"predictor-{i}": 9102 + i for i in range(2)},
+    "trainer": 9104,
+}
 
 
 @dataclass
@@ -40,6 +45,9 @@ class StackConfig:
     # Extra environment per service name ("gateway", "trainer", ...) or "*" for all.
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     startup_timeout_s: float = 60.0
+    # `headroom up` uses the documented admin ports when free (tools such as
+    # `headroom autoscale recommend` default to them); tests use free ports.
+    fixed_admin_ports: bool = False
 
 
 @dataclass
@@ -154,11 +162,20 @@ class Stack:
         self._wait([gw])
 
     def _admin_service(self, name: str, service: str, prefix: str, env: dict[str, str]) -> Child:
-        port = embedded.free_port(self.config.host)
+        port = self._port_for(name)
         url = f"http://{self.config.host}:{port}"
         self.admin_urls[name] = url
         env = {**env, f"{prefix}ADMIN_HOST": self.config.host, f"{prefix}ADMIN_PORT": str(port)}
         return self._spawn(name, service, env, f"{url}/health")
+
+    def _port_for(self, name: str) -> int:
+        """The service's documented default admin port (collector 9101, predictors 9102 and
+        up, trainer 9104) when ``fixed_admin_ports`` is set and it is free, else any free one."""
+        if self.config.fixed_admin_ports:
+            preferred = ADMIN_PORTS.get(name)
+            if preferred and not embedded.reachable(f"http://{self.config.host}:{preferred}", 0.2):
+                return preferred
+        return embedded.free_port(self.config.host)
 
     def _spawn(self, name: str, service: str, env: dict[str, str], health_url: str) -> Child:
         c = self.config
@@ -250,8 +267,10 @@ class Stack:
         body = (
             '{"model": "%s", "prompt": "Say hello", "max_tokens": 16}' % c.model  # noqa: UP031
         )
+        admin = ", ".join(f"{n} {u}" for n, u in self.admin_urls.items())
         return (
             f"Headroom is up: gateway {self.gateway_url} (metrics {self.gateway_url}/metrics), "
+            f"admin endpoints (/health, /metrics): {admin}, "
             f"{len(self.pod_urls)} pods, {c.predictors} predictors, NATS {self.nats_url}, "
             f"Redis {self.redis_url}, namespace {c.namespace}. Try: curl -s "
             f"{self.gateway_url}/v1/completions -H 'Content-Type: application/json' -d '{body}'"

@@ -131,6 +131,8 @@ class PodRecord(Message):
     prefix_hit_rate: float = 0.0  # 0..1, lifetime hits / queries
     error: str | None = None
     lora_adapters: list[str] = field(default_factory=list)  # running LoRA adapters
+    prefill_backlog: float | None = None  # requests waiting for prefill (JetStream's backlog)
+    slots_used: float | None = None  # batch-slot fullness 0..1 where the engine reports it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

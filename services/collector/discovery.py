@@ -15,10 +15,13 @@ from urllib.parse import urlparse
 
 @dataclass(frozen=True, slots=True)
 class PodTarget:
-    """A pod to scrape: ``url`` is its base URL (the gateway proxies to it too)."""
+    """A pod to scrape: ``url`` is its base URL (the gateway proxies to it too);
+    ``metrics_url``, when set, is where its metrics are served instead of ``url`` + the
+    metrics path (JetStream serves Prometheus on a port of its own)."""
 
     name: str
     url: str
+    metrics_url: str | None = None
 
 
 class Discovery(Protocol):

@@ -23,7 +23,10 @@ def _parse_args(argv: list[str] | None) -> dict:
         "HEADROOM_NAMESPACE); flags override the environment.",
     )
     p.add_argument("--pods", help='static pod list "name=url,name=url"')
-    p.add_argument("--engine", help="model-server engine (vllm)")
+    p.add_argument("--engine", help="model-server engine: vllm, jetstream, sglang, tgi")
+    p.add_argument("--discovery", choices=["static", "kubernetes"])
+    p.add_argument("--k8s-label-selector", help="label selector of the pool (kubernetes)")
+    p.add_argument("--k8s-namespace", help="namespace of the pool (kubernetes)")
     p.add_argument("--scrape-interval-ms", type=int)
     p.add_argument("--admin-port", type=int)
     args = p.parse_args(argv)

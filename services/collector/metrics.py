@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.autoscale.signals import STRATEGIES, PoolSignals, Recommendation
 
 _SCRAPE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -53,6 +57,45 @@ class CollectorMetrics:
             registry=r,
         )
 
+        # Autoscaling signals per pool (HPA reads them as External metrics)
+        self.pool_replicas = Gauge(
+            "headroom_pool_replicas", "Pods discovered in the pool", ["pool"], registry=r
+        )
+        self.pool_ready = Gauge(
+            "headroom_pool_ready_replicas",
+            "Pods of the pool whose last scrape succeeded",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_signal = {
+            s.name: Gauge(s.gauge, s.description, ["pool"], registry=r) for s in STRATEGIES.values()
+        }
+        self.recommended = Gauge(
+            "headroom_autoscale_recommended_replicas",
+            "Replicas an HPA on this strategy's signal would reach (HPA formula, tolerance, "
+            "stabilisation windows, rate limits; collector's targets)",
+            ["pool", "strategy"],
+            registry=r,
+        )
+
+    def set_pool_signals(
+        self, pool: str, signals: PoolSignals, recs: Sequence[Recommendation]
+    ) -> None:
+        """Set the pool's gauges; a signal no ready pod reports is removed (not exported)."""
+        self.pool_replicas.labels(pool).set(signals.replicas)
+        self.pool_ready.labels(pool).set(signals.ready)
+        for name, gauge in self.pool_signal.items():
+            value = signals.value(name)
+            if value is None:
+                _remove(gauge, pool)
+            else:
+                gauge.labels(pool).set(value)
+        for rec in recs:
+            if rec.decision is None:
+                _remove(self.recommended, pool, rec.strategy)
+            else:
+                self.recommended.labels(pool, rec.strategy).set(rec.decision.recommended)
+
     def forget_pod(self, pod: str, reasons: set[str]) -> None:
         """Drop the label children of a pod that left discovery."""
         try:
@@ -64,3 +107,10 @@ class CollectorMetrics:
                 self.scrape_errors.remove(pod, reason)
             except KeyError:
                 pass
+
+
+def _remove(metric: Gauge, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass

@@ -1,170 +1,72 @@
-"""Prometheus text-exposition parsing and one metrics parser per model-server engine (pure).
-
-The line parser (:func:`parse_sample`, :func:`iter_samples`) understands the Prometheus text
-format 0.0.4: ``# HELP`` / ``# TYPE`` / other comments, ``name{label="value",...} value
-[timestamp]``, escaped label values (``\\"``, ``\\\\``, ``\\n``), ``NaN`` / ``+Inf`` /
-``-Inf`` values and a trailing OpenMetrics exemplar (``# {...} v``), which is ignored.
-
-It is fast because it is selective: an engine parser names the metric families it needs and
-every other line costs one name scan and a set lookup. Lines whose name is not a valid metric
-name, and wanted lines that fail to parse, are counted as ignored.
+"""One metrics parser per model-server engine (pure): a /metrics page -> :class:`ParseResult`.
 
 Engine parsers share one signature, ``(text: str) -> ParseResult``, and are registered in
-:data:`PARSERS` by engine name; JetStream, SGLang and TGI parsers are added as siblings of
-:func:`parse_vllm`.
+:data:`PARSERS` by engine name (``vllm``, ``jetstream``, ``sglang``, ``tgi``). Each names the
+metric families it reads; the line parser (:mod:`services.collector.exposition`) skips every
+other line after a name check. Malformed lines and non-finite values of the metrics read are
+counted in ``ParseResult.ignored``; pages are never rejected for them.
+
+How each engine maps onto the engine-neutral result (REFERENCE section 4):
+
+========== ================================ ============================ ===================
+field      vLLM V1                          JetStream                    SGLang / TGI
+========== ================================ ============================ ===================
+waiting    num_requests_waiting (sum)       prefill+transfer+generate    num_queue_reqs /
+                                            backlogs (sum)               tgi_queue_size
+running    num_requests_running (sum)       0 (not exposed)              num_running_reqs /
+                                                                         tgi_batch_current_size
+kv_usage   kv_cache_usage_perc (mean; older kv_cache_utilization_perc    token_usage (mean) /
+           gpu_cache_usage_perc)            (mean) else slots used       0 (TGI: not exposed)
+prefix hit prefix_cache_hits / queries      0                            cache_hit_rate / 0
+prefill    = waiting                        prefill_backlog_size (sum)   = waiting
+backlog
+slots used None (derived from running and   slots_used_percentage (mean  None
+           a configured slot count)         over idx, a fraction)
+LoRA       lora_requests_info (newest)      lora_request_info (newest)   none
+========== ================================ ============================ ===================
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-# A metric name as Prometheus accepts it (the colon is allowed and used by vLLM).
-_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-_LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-_UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
+from services.collector.exposition import (
+    Labels,
+    MalformedLine,
+    Sample,
+    iter_samples,
+    metric_name,
+    parse_sample,
+)
 
-Labels = dict[str, str]
-
-
-class MalformedLine(ValueError):
-    """A sample line does not follow the text exposition format."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    name: str
-    labels: Labels
-    value: float
-
-
-def _unescape(raw: str) -> str:
-    out: list[str] = []
-    i = 0
-    n = len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "\\" and i + 1 < n:
-            nxt = raw[i + 1]
-            out.append(_UNESCAPE.get(nxt, "\\" + nxt))
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+__all__ = [
+    "PARSERS",
+    "Labels",
+    "MalformedLine",
+    "ParseResult",
+    "Parser",
+    "Sample",
+    "get_parser",
+    "iter_samples",
+    "metric_name",
+    "parse_jetstream",
+    "parse_sample",
+    "parse_sglang",
+    "parse_tgi",
+    "parse_vllm",
+]
 
 
-def _parse_labels(line: str, start: int) -> tuple[Labels, int]:
-    """Parse ``{k="v",...}`` beginning at ``line[start] == "{"``; return labels and the index
-    just after the closing brace."""
-    labels: Labels = {}
-    i = start + 1
-    n = len(line)
-    while True:
-        while i < n and line[i] in " \t":
-            i += 1
-        if i >= n:
-            raise MalformedLine("unterminated label set")
-        if line[i] == "}":
-            return labels, i + 1
-        eq = line.find("=", i)
-        if eq < 0:
-            raise MalformedLine("label without '='")
-        key = line[i:eq].strip()
-        if not _LABEL_NAME_RE.match(key):
-            raise MalformedLine(f"bad label name {key!r}")
-        i = eq + 1
-        while i < n and line[i] in " \t":
-            i += 1
-        if i >= n or line[i] != '"':
-            raise MalformedLine("label value must be quoted")
-        # Find the closing quote: the first '"' preceded by an even number of backslashes.
-        j = i + 1
-        while True:
-            j = line.find('"', j)
-            if j < 0:
-                raise MalformedLine("unterminated label value")
-            k = j - 1
-            while line[k] == "\\":
-                k -= 1
-            if (j - 1 - k) % 2 == 0:
-                break
-            j += 1
-        raw = line[i + 1 : j]
-        labels[key] = _unescape(raw) if "\\" in raw else raw
-        i = j + 1
-        while i < n and line[i] in " \t":
-            i += 1
-        if i < n and line[i] == ",":
-            i += 1
-        elif i < n and line[i] != "}":
-            raise MalformedLine("expected ',' or '}' after a label")
-
-
-def _parse_value(rest: str) -> float:
-    hash_at = rest.find("#")
-    if hash_at >= 0:  # OpenMetrics exemplar after the value
-        rest = rest[:hash_at]
-    parts = rest.split()
-    if not parts or len(parts) > 2:
-        raise MalformedLine("expected 'value [timestamp]'")
-    try:
-        value = float(parts[0])
-        if len(parts) == 2:
-            int(parts[1])
-    except ValueError as e:
-        raise MalformedLine(f"bad number: {e}") from None
-    return value
-
-
-def metric_name(line: str) -> str:
-    """The metric name of a sample line (no validation): text up to '{' or whitespace."""
-    name = line.partition("{")[0].partition(" ")[0]
-    return name.partition("\t")[0] if "\t" in name else name
-
-
-def parse_sample(line: str) -> Sample:
-    """Parse one non-comment, non-blank line; raise :class:`MalformedLine`."""
-    line = line.strip()
-    name = metric_name(line)
-    if not _NAME_RE.match(name):
-        raise MalformedLine(f"bad metric name {name!r}")
-    i = len(name)
-    labels: Labels = {}
-    if i < len(line) and line[i] == "{":
-        labels, i = _parse_labels(line, i)
-    return Sample(name, labels, _parse_value(line[i:]))
-
-
-def iter_samples(
-    text: str, wanted: frozenset[str] | set[str] | None = None
-) -> Iterator[Sample | None]:
-    """Yield a :class:`Sample` per sample line whose name is in ``wanted`` (all when None),
-    and ``None`` for each malformed line. Comments, blank lines and unwanted names are
-    skipped (an unwanted line is only checked for a valid metric name)."""
-    for line in text.split("\n"):
-        line = line.strip()
-        if not line or line[0] == "#":
-            continue
-        name = metric_name(line)
-        if wanted is not None and name not in wanted:
-            if len(name) == len(line) or not _NAME_RE.match(name):
-                yield None
-            continue
-        try:
-            yield parse_sample(line)
-        except MalformedLine:
-            yield None
-
-
-# --------------------------------------------------------------------------------------
-# Engine-neutral result
-# --------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class ParseResult:
-    """Engine-neutral pod state parsed from one /metrics page (PodRecord's load fields)."""
+    """Engine-neutral pod state parsed from one /metrics page.
+
+    ``waiting`` .. ``lora_adapters`` become the :class:`~shared.schemas.PodRecord` load fields;
+    ``prefill_backlog`` and ``slots_used`` feed the collector's autoscaling signals (None when
+    the engine does not expose them).
+    """
 
     waiting: float = 0.0
     running: float = 0.0
@@ -172,6 +74,8 @@ class ParseResult:
     prefix_hit_rate: float = 0.0  # 0..1, lifetime hits / queries (0 when no queries)
     models: list[str] = field(default_factory=list)
     lora_adapters: list[str] = field(default_factory=list)  # running LoRA adapters
+    prefill_backlog: float | None = None  # requests queued for prefill
+    slots_used: float | None = None  # 0..1, batch (decode-slot) fullness
     ignored: int = 0  # malformed lines and wanted samples with unusable (NaN/Inf) values
     found: int = 0  # samples of wanted metrics that were used
 
@@ -179,8 +83,89 @@ class ParseResult:
 Parser = Callable[[str], ParseResult]
 
 
+def _clamp01(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def _fraction(x: float) -> float:
+    """A usage value that may be a fraction (0..1) or a percentage (0..100)."""
+    return _clamp01(x / 100.0 if x > 1.0 else x)
+
+
+def _split_adapters(s: str) -> list[str]:
+    return [a.strip() for a in s.split(",") if a.strip()]
+
+
+class _Acc:
+    """Sums and counts per metric name over label sets, models and the newest LoRA label set
+    per ``lora_key`` label; malformed and non-finite samples are counted as ignored."""
+
+    __slots__ = ("counts", "ignored", "lora_newest", "models", "sums")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.models: set[str] = set()
+        self.lora_newest: dict[str, tuple[float, str]] = {}
+        self.ignored = 0
+
+    def feed(
+        self,
+        text: str,
+        wanted: frozenset[str],
+        lora: str | None = None,
+        lora_key: tuple[str, ...] = ("engine",),
+    ) -> _Acc:
+        sums, counts = self.sums, self.counts
+        for s in iter_samples(text, wanted):
+            if s is None or not math.isfinite(s.value):
+                self.ignored += 1
+                continue
+            model = s.labels.get("model_name")
+            if model:
+                self.models.add(model)
+            counts[s.name] = counts.get(s.name, 0) + 1
+            if s.name == lora:
+                key = "\0".join(s.labels.get(k, "") for k in lora_key)
+                prev = self.lora_newest.get(key)
+                if prev is None or s.value >= prev[0]:
+                    self.lora_newest[key] = (s.value, s.labels.get("running_lora_adapters", ""))
+                continue
+            sums[s.name] = sums.get(s.name, 0.0) + s.value
+        return self
+
+    def has(self, name: str) -> bool:
+        return name in self.counts
+
+    def total(self, *names: str) -> float:
+        """Sum over label sets of each name, added up (0 when absent)."""
+        return sum(self.sums.get(n, 0.0) for n in names)
+
+    def mean(self, name: str) -> float:
+        return self.sums.get(name, 0.0) / self.counts[name] if name in self.counts else 0.0
+
+    def first_total(self, names: Iterable[str]) -> float:
+        """The sum of the first present name (newer names listed first)."""
+        return next((self.sums.get(n, 0.0) for n in names if n in self.counts), 0.0)
+
+    def adapters(self) -> list[str]:
+        out: set[str] = set()
+        for _, running in self.lora_newest.values():
+            out.update(_split_adapters(running))
+        return sorted(out)
+
+    def result(self, **fields: object) -> ParseResult:
+        return ParseResult(
+            models=sorted(self.models),
+            lora_adapters=self.adapters(),
+            ignored=self.ignored,
+            found=sum(self.counts.values()),
+            **fields,  # type: ignore[arg-type]
+        )
+
+
 # --------------------------------------------------------------------------------------
-# vLLM
+# vLLM V1
 # --------------------------------------------------------------------------------------
 VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -194,10 +179,6 @@ _VLLM_WANTED = frozenset(
 )
 
 
-def _split_adapters(s: str) -> list[str]:
-    return [a.strip() for a in s.split(",") if a.strip()]
-
-
 def parse_vllm(text: str) -> ParseResult:
     """Parse a vLLM /metrics page.
 
@@ -207,54 +188,116 @@ def parse_vllm(text: str) -> ParseResult:
     adapters come from the newest ``vllm:lora_requests_info`` label set per engine (its value
     is the time it was last set; older label sets linger in the exposition).
     """
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    models: set[str] = set()
-    lora_newest: dict[str, tuple[float, str]] = {}
-    ignored = 0
-    for s in iter_samples(text, _VLLM_WANTED):
-        if s is None:
-            ignored += 1
-            continue
-        if not math.isfinite(s.value):
-            ignored += 1
-            continue
-        model = s.labels.get("model_name")
-        if model:
-            models.add(model)
-        if s.name == VLLM_LORA:
-            engine = s.labels.get("engine", "")
-            prev = lora_newest.get(engine)
-            if prev is None or s.value >= prev[0]:
-                lora_newest[engine] = (s.value, s.labels.get("running_lora_adapters", ""))
-            counts[s.name] = counts.get(s.name, 0) + 1
-            continue
-        sums[s.name] = sums.get(s.name, 0.0) + s.value
-        counts[s.name] = counts.get(s.name, 0) + 1
-
-    kv_name = VLLM_KV if VLLM_KV in counts else VLLM_KV_OLD
-    kv = sums.get(kv_name, 0.0) / counts[kv_name] if kv_name in counts else 0.0
-    hits = next((sums[n] for n in VLLM_HITS if n in counts), 0.0)
-    queries = next((sums[n] for n in VLLM_QUERIES if n in counts), 0.0)
-    adapters: set[str] = set()
-    for _, running in lora_newest.values():
-        adapters.update(_split_adapters(running))
-    return ParseResult(
-        waiting=max(0.0, sums.get(VLLM_WAITING, 0.0)),
-        running=max(0.0, sums.get(VLLM_RUNNING, 0.0)),
-        kv_usage=min(1.0, max(0.0, kv)),
-        prefix_hit_rate=min(1.0, max(0.0, hits / queries)) if queries > 0 else 0.0,
-        models=sorted(models),
-        lora_adapters=sorted(adapters),
-        ignored=ignored,
-        found=sum(counts.values()),
+    a = _Acc()
+    a.feed(text, _VLLM_WANTED, lora=VLLM_LORA)
+    kv = a.mean(VLLM_KV if a.has(VLLM_KV) else VLLM_KV_OLD)
+    hits, queries = a.first_total(VLLM_HITS), a.first_total(VLLM_QUERIES)
+    waiting = max(0.0, a.total(VLLM_WAITING))
+    return a.result(
+        waiting=waiting,
+        running=max(0.0, a.total(VLLM_RUNNING)),
+        kv_usage=_clamp01(kv),
+        prefix_hit_rate=_clamp01(hits / queries) if queries > 0 else 0.0,
+        prefill_backlog=waiting,
     )
 
 
 # --------------------------------------------------------------------------------------
-# Registry: engine name -> parser (JetStream, SGLang, TGI join here)
+# JetStream (labels id, model_name; per-engine gauges add idx)
 # --------------------------------------------------------------------------------------
-PARSERS: dict[str, Parser] = {"vllm": parse_vllm}
+JS_PREFILL = "jetstream_prefill_backlog_size"
+JS_TRANSFER = "jetstream_transfer_backlog_size"
+JS_GENERATE = "jetstream_generate_backlog_size"
+JS_SLOTS = "jetstream_slots_used_percentage"
+JS_KV = "kv_cache_utilization_perc"
+JS_LORA = "lora_request_info"
+_JS_WANTED = frozenset({JS_PREFILL, JS_TRANSFER, JS_GENERATE, JS_SLOTS, JS_KV, JS_LORA})
+
+
+def parse_jetstream(text: str) -> ParseResult:
+    """Parse a JetStream /metrics page.
+
+    Every request not yet decoding counts as ``waiting`` (prefill, transfer and generate
+    backlogs); JetStream does not expose a running count, so ``running`` stays 0 and load
+    shows in ``slots_used`` (mean of ``jetstream_slots_used_percentage`` over its decode
+    engines; a fraction, values above 1 are read as percentages). ``kv_usage`` is
+    ``kv_cache_utilization_perc`` where the server exports it, otherwise slots used (the
+    closest proxy for how full a TPU's HBM-resident batch is). A page that holds only
+    unrelated ``kv_cache_utilization_perc`` / ``lora_request_info`` series (no jetstream_*
+    gauge) is reported as holding no JetStream metrics.
+    """
+    a = _Acc()
+    a.feed(text, _JS_WANTED, lora=JS_LORA, lora_key=("id",))
+    if not (a.has(JS_PREFILL) or a.has(JS_SLOTS) or a.has(JS_GENERATE) or a.has(JS_TRANSFER)):
+        return ParseResult(ignored=a.ignored)
+    slots = _fraction(a.mean(JS_SLOTS)) if a.has(JS_SLOTS) else None
+    kv = _fraction(a.mean(JS_KV)) if a.has(JS_KV) else (slots or 0.0)
+    prefill = max(0.0, a.total(JS_PREFILL))
+    return a.result(
+        waiting=max(0.0, a.total(JS_PREFILL, JS_TRANSFER, JS_GENERATE)),
+        running=0.0,
+        kv_usage=kv,
+        prefix_hit_rate=0.0,
+        prefill_backlog=prefill,
+        slots_used=slots,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# SGLang (labels model_name and, per scheduler, tp_rank / dp_rank ...)
+# --------------------------------------------------------------------------------------
+SGL_RUNNING = "sglang:num_running_reqs"
+SGL_QUEUE = "sglang:num_queue_reqs"
+SGL_TOKEN_USAGE = "sglang:token_usage"
+SGL_HIT_RATE = "sglang:cache_hit_rate"
+_SGL_WANTED = frozenset({SGL_RUNNING, SGL_QUEUE, SGL_TOKEN_USAGE, SGL_HIT_RATE})
+
+
+def parse_sglang(text: str) -> ParseResult:
+    """Parse an SGLang /metrics page: queue and running requests are summed over schedulers,
+    token (KV pool) usage and the prefix-cache hit rate (both fractions) are averaged."""
+    a = _Acc()
+    a.feed(text, _SGL_WANTED)
+    waiting = max(0.0, a.total(SGL_QUEUE))
+    return a.result(
+        waiting=waiting,
+        running=max(0.0, a.total(SGL_RUNNING)),
+        kv_usage=_clamp01(a.mean(SGL_TOKEN_USAGE)),
+        prefix_hit_rate=_clamp01(a.mean(SGL_HIT_RATE)),
+        prefill_backlog=waiting,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# TGI (text-generation-inference; unlabelled gauges)
+# --------------------------------------------------------------------------------------
+TGI_QUEUE = "tgi_queue_size"
+TGI_BATCH = "tgi_batch_current_size"
+_TGI_WANTED = frozenset({TGI_QUEUE, TGI_BATCH})
+
+
+def parse_tgi(text: str) -> ParseResult:
+    """Parse a TGI /metrics page: ``tgi_queue_size`` is waiting, ``tgi_batch_current_size``
+    running. TGI exposes no KV usage or prefix-cache counters (both stay 0)."""
+    a = _Acc()
+    a.feed(text, _TGI_WANTED)
+    waiting = max(0.0, a.total(TGI_QUEUE))
+    return a.result(
+        waiting=waiting,
+        running=max(0.0, a.total(TGI_BATCH)),
+        prefill_backlog=waiting,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Registry: engine name -> parser
+# --------------------------------------------------------------------------------------
+PARSERS: dict[str, Parser] = {
+    "vllm": parse_vllm,
+    "jetstream": parse_jetstream,
+    "sglang": parse_sglang,
+    "tgi": parse_tgi,
+}
 
 
 def get_parser(engine: str) -> Parser:

@@ -38,6 +38,7 @@ class ScrapeOutcome:
     duration_s: float
     reason: str | None = None  # None on success
     ignored_lines: int = 0
+    result: ParseResult | None = None  # the parsed page (on success)
 
 
 class ScrapeFailed(Exception):
@@ -62,6 +63,8 @@ def record_from_result(
         kv_usage=result.kv_usage,
         prefix_hit_rate=result.prefix_hit_rate,
         lora_adapters=list(result.lora_adapters),
+        prefill_backlog=result.prefill_backlog,
+        slots_used=result.slots_used,
     )
 
 
@@ -109,7 +112,7 @@ class Scraper:
         self._timer = timer
 
     def metrics_url(self, target: PodTarget) -> str:
-        return target.url + self._path
+        return target.metrics_url or target.url + self._path
 
     async def _fetch(self, url: str) -> bytes:
         async with self._session.get(url) as resp:
@@ -157,4 +160,5 @@ class Scraper:
             record=record_from_result(target, self.engine, result, self._clock()),
             duration_s=self._timer() - start,
             ignored_lines=result.ignored,
+            result=result,
         )

@@ -24,6 +24,8 @@ import aiohttp
 from aiohttp import web
 from nats.aio.client import Client as NATS
 
+from services.autoscale.hpa import Behavior
+from services.autoscale.signals import PodLoad, Recommender, pool_signals
 from services.collector.discovery import Discovery, PodTarget, StaticDiscovery
 from services.collector.metrics import CollectorMetrics
 from services.collector.scraper import ScrapeOutcome, Scraper, error_record
@@ -61,6 +63,8 @@ class Collector:
         interval_s: float,
         metrics: CollectorMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        recommender: Recommender | None = None,
+        max_batch_slots: int = 0,
     ) -> None:
         self._discovery = discovery
         self._scraper = scraper
@@ -70,6 +74,9 @@ class Collector:
         self.metrics = metrics or CollectorMetrics()
         self._clock = clock
         self._latest: dict[str, PodRecord] = {}
+        self._loads: dict[str, PodLoad] = {}
+        self.recommender = recommender
+        self.max_batch_slots = max_batch_slots
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._reasons: dict[str, set[str]] = {}
         self._current: set[str] = set()
@@ -91,6 +98,16 @@ class Collector:
         elif (prev := self._latest.get(name)) is not None and not prev.ready:
             log.info("pod %s ready again", name, extra={"pod": name})
         self._latest[name] = outcome.record
+        self._loads[name] = self._load(outcome)
+
+    def _load(self, outcome: ScrapeOutcome) -> PodLoad:
+        r = outcome.result
+        if r is None or not outcome.record.ready:
+            return PodLoad(ready=False)
+        slots = r.slots_used
+        if slots is None and self.max_batch_slots > 0:
+            slots = min(1.0, r.running / self.max_batch_slots)
+        return PodLoad(True, r.prefill_backlog, slots, r.kv_usage)
 
     async def _scrape(self, target: PodTarget) -> None:
         try:
@@ -109,6 +126,7 @@ class Collector:
             if task is not None:
                 task.cancel()
             self._latest.pop(gone, None)
+            self._loads.pop(gone, None)
             self.metrics.forget_pod(gone, self._reasons.pop(gone, set()))
         self._current = names
 
@@ -140,10 +158,17 @@ class Collector:
             log.exception("publishing the pod snapshot failed")
         self.metrics.pods_ready.set(sum(1 for p in pods if p.ready))
         self.metrics.pods_total.set(len(pods))
+        self._export_signals(targets, now)
         self.metrics.cycle_duration.observe(time.perf_counter() - started_at)
         self.cycles += 1
         self.last_snapshot = snap
         return snap
+
+    def _export_signals(self, targets: list[PodTarget], now: float) -> None:
+        """Per-pool autoscaling gauges and each strategy's HPA recommendation."""
+        signals = pool_signals(self._loads.get(t.name) or PodLoad(False) for t in targets)
+        recs = self.recommender.update(now, signals) if self.recommender else []
+        self.metrics.set_pool_signals(self.pool, signals, recs)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Cycle every ``interval_s`` until ``stop`` is set; missed ticks are skipped."""
@@ -172,6 +197,40 @@ class Collector:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def make_discovery(s: CollectorSettings) -> Discovery:
+    if s.discovery == "kubernetes":
+        from services.collector.k8s_discovery import KubernetesDiscovery
+
+        return KubernetesDiscovery(
+            s.k8s_label_selector,
+            namespace=s.k8s_namespace,
+            port=s.k8s_target_port,
+            scheme=s.k8s_scheme,
+            metrics_port=s.k8s_metrics_port,
+            metrics_path=s.metrics_path,
+            api_url=s.k8s_api_url,
+            watch_timeout_s=s.k8s_watch_timeout_s,
+        )
+    return StaticDiscovery(s.pod_targets())
+
+
+def make_recommender(s: CollectorSettings) -> Recommender:
+    return Recommender(
+        {
+            "prefill-backlog": s.autoscale_target_prefill_backlog,
+            "slots-used": s.autoscale_target_slots_used,
+            "kv-usage": s.autoscale_target_kv_usage,
+        },
+        Behavior(
+            min_replicas=s.autoscale_min_replicas,
+            max_replicas=s.autoscale_max_replicas,
+            tolerance=s.autoscale_tolerance,
+            scale_up_window_s=s.autoscale_scale_up_window_s,
+            scale_down_window_s=s.autoscale_scale_down_window_s,
+        ),
+    )
+
+
 class CollectorService:
     """NATS connection + HTTP session + admin server around a :class:`Collector`."""
 
@@ -179,7 +238,7 @@ class CollectorService:
         self.settings = settings
         self.names = Names(settings.namespace)
         self.subject = self.names.pod_snapshots(settings.pool)
-        self.discovery = discovery or StaticDiscovery(settings.pod_targets())
+        self.discovery = discovery or make_discovery(settings)
         self.metrics = CollectorMetrics()
         self.collector: Collector | None = None
         self._nc: NATS | None = None
@@ -232,6 +291,8 @@ class CollectorService:
             pool=s.pool,
             interval_s=s.scrape_interval_ms / 1000,
             metrics=self.metrics,
+            recommender=make_recommender(s),
+            max_batch_slots=s.max_batch_slots,
         )
         self._task = asyncio.create_task(self.collector.run(self._stop), name="collector-loop")
         log.info(

@@ -3,7 +3,9 @@ from the un-prefixed common settings)."""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.collector.discovery import PodTarget, parse_pod_list
@@ -26,7 +28,55 @@ class CollectorSettings(CommonSettings):
     max_body_bytes: int = Field(8 << 20, gt=0, description="Largest /metrics body accepted")
     admin_host: str = Field("127.0.0.1", description="Admin server (/health, /metrics) host")
     admin_port: int = Field(9101, ge=0, le=65535, description="Admin server port")
-    engine: str = Field("vllm", description="Model-server engine (selects the parser)")
+    engine: str = Field(
+        "vllm", description="Model-server engine (selects the parser): vllm, jetstream, sglang, tgi"
+    )
+    discovery: Literal["static", "kubernetes"] = Field(
+        "static", description="Pod discovery: the static PODS list or a Kubernetes label watch"
+    )
+    k8s_namespace: str = Field(
+        "", description="Namespace of the model-server pods (empty: the collector's own)"
+    )
+    k8s_label_selector: str = Field(
+        "", description='Label selector of the pool\'s pods, e.g. "app=vllm-llama3-8b"'
+    )
+    k8s_target_port: int = Field(8000, ge=1, le=65535, description="Port scraped on each pod IP")
+    k8s_metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of the pods' /metrics when not the target port"
+    )
+    k8s_scheme: Literal["http", "https"] = Field("http", description="Scheme of the pod URLs")
+    k8s_api_url: str = Field(
+        "", description="API server URL (empty: in-cluster service account, else kubeconfig)"
+    )
+    k8s_watch_timeout_s: int = Field(
+        300, ge=1, description="Server-side timeout of one watch request (then re-watch)"
+    )
+    max_batch_slots: int = Field(
+        0,
+        ge=0,
+        description="Batch slots per pod (max_num_seqs) to derive slots used from running "
+        "requests where the engine does not export it (0: unknown)",
+    )
+    autoscale_target_prefill_backlog: float = Field(
+        5.0, gt=0, description="Target prefill backlog per replica (prefill-backlog strategy)"
+    )
+    autoscale_target_slots_used: float = Field(
+        0.9, gt=0, description="Target slots-used fraction (slots-used strategy)"
+    )
+    autoscale_target_kv_usage: float = Field(
+        0.8, gt=0, description="Target KV/HBM usage fraction (kv-usage strategy)"
+    )
+    autoscale_min_replicas: int = Field(1, ge=1, description="HPA minReplicas for recommendations")
+    autoscale_max_replicas: int = Field(
+        100, ge=1, description="HPA maxReplicas for recommendations"
+    )
+    autoscale_tolerance: float = Field(0.1, ge=0, description="HPA tolerance band")
+    autoscale_scale_up_window_s: float = Field(
+        0.0, ge=0, description="HPA scale-up stabilisation window"
+    )
+    autoscale_scale_down_window_s: float = Field(
+        300.0, ge=0, description="HPA scale-down stabilisation window"
+    )
 
     @field_validator("pods")
     @classmethod
@@ -45,6 +95,14 @@ class CollectorSettings(CommonSettings):
     @classmethod
     def _path(cls, v: str) -> str:
         return v if v.startswith("/") else "/" + v
+
+    @model_validator(mode="after")
+    def _discovery_needs(self) -> CollectorSettings:
+        if self.discovery == "kubernetes" and not self.k8s_label_selector.strip():
+            raise ValueError("discovery=kubernetes needs HEADROOM_COLLECTOR_K8S_LABEL_SELECTOR")
+        if self.autoscale_min_replicas > self.autoscale_max_replicas:
+            raise ValueError("autoscale_min_replicas must not exceed autoscale_max_replicas")
+        return self
 
     def pod_targets(self) -> list[PodTarget]:
         return parse_pod_list(self.pods)
