@@ -4,14 +4,11 @@ in one process until SIGINT/SIGTERM."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
-import signal
 
 from services.simulator.server import SimPod, start_pod
 from services.simulator.settings import SimulatorSettings
-from shared.logs import setup_logging
+from shared.runner import run_service
 
 log = logging.getLogger(__name__)
 
@@ -30,38 +27,32 @@ def _parse_args(argv: list[str] | None) -> dict[str, object]:
     return {k: v for k, v in vars(args).items() if v is not None}
 
 
-async def run(settings: SimulatorSettings, stop: asyncio.Event) -> None:
-    pods: list[SimPod] = []
-    try:
-        for i, (name, port) in enumerate(
-            zip(settings.name_list(), settings.port_list(), strict=True)
-        ):
+class SimulatorProcess:
+    """One simulated pod per configured port, in this process."""
+
+    def __init__(self, settings: SimulatorSettings) -> None:
+        self.settings = settings
+        self.pods: list[SimPod] = []
+
+    async def start(self) -> None:
+        s = self.settings
+        for i, (name, port) in enumerate(zip(s.name_list(), s.port_list(), strict=True)):
             pod = await start_pod(
-                name,
-                settings.host,
-                port,
-                profile=settings.profile,
-                model=settings.model,
-                seed=settings.seed + i,
+                name, s.host, port, profile=s.profile, model=s.model, seed=s.seed + i
             )
-            pods.append(pod)
-            log.info("pod %s serving %s at %s", name, settings.model, pod.url)
-        await stop.wait()
-    finally:
-        for pod in pods:
+            self.pods.append(pod)
+            log.info("pod %s serving %s at %s", name, s.model, pod.url)
+
+    async def stop(self) -> None:
+        for pod in self.pods:
             await pod.stop()
+        self.pods.clear()
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = SimulatorSettings(**_parse_args(argv))
-    setup_logging("simulator", settings.log_level)
+    run_service("simulator", settings.log_level, lambda: SimulatorProcess(settings))
 
-    async def _main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        await run(settings, stop)
 
-    asyncio.run(_main())
+if __name__ == "__main__":
+    main()
