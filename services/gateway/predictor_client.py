@@ -1,9 +1,14 @@
 """Ask the predictors (NATS request-reply) for TTFT/TPOT predictions of the candidate rows.
 
+Concurrent calls are coalesced (services/gateway/coalescer.py) into few requests in the
+binary format of shared/wire.py; replies are accepted in that format or as JSON
+``PredictReply``. ``wire="json"`` sends JSON ``PredictRequest`` messages instead (older
+predictors; one request per batch, the rows of all its calls).
+
 Never raises: a failed call comes back as a fallback reason, and the request is routed by
 the composite score instead. Reasons: ``no_model`` (predictor answered not_ready),
-``timeout``, ``no_responders`` (no predictor subscribed), ``error`` (anything else, including
-an invalid reply).
+``timeout`` (the call's deadline passed), ``no_responders`` (no predictor subscribed),
+``error`` (anything else, including an invalid reply).
 """
 
 from __future__ import annotations
@@ -11,11 +16,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import nats.errors
+import numpy as np
 from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from services.gateway.coalescer import BatchResult, Coalescer, CoalescerConfig
 from services.gateway.scheduling.prediction import Prediction
+from shared import wire
+from shared.features import FEATURES
 from shared.schemas import (
     PREDICT_NOT_READY,
     PREDICT_OK,
@@ -40,36 +51,100 @@ class PredictOutcome:
     replica: str | None = None
 
 
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batches = Counter(
+            "headroom_gateway_predict_batches",
+            "Prediction requests sent to the predictors (coalesced batches), by result",
+            ["result"],
+            registry=registry,
+        )
+        self.batch_calls = Histogram(
+            "headroom_gateway_predict_batch_calls",
+            "Routing decisions coalesced into one prediction request",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=registry,
+        )
+
+
+def decode_reply(data: bytes, n_rows: int) -> BatchResult:
+    """A predictor reply (binary or JSON) for a request of ``n_rows`` rows."""
+    try:
+        if wire.is_wire(data):
+            r = wire.decode_reply(data)
+            status, version, replica, err = r.status, r.model_version, r.replica, r.error
+            ttft, tpot = r.ttft_ms, r.tpot_ms
+        else:
+            j = PredictReply.decode(data)
+            status, version, replica, err = j.status, j.model_version, j.replica, j.error
+            ttft, tpot = np.asarray(j.ttft_ms), np.asarray(j.tpot_ms)
+    except SchemaError as e:
+        log.warning("invalid prediction reply: %s", e)
+        return BatchResult(reason=REASON_ERROR)
+    if status == PREDICT_NOT_READY:
+        return BatchResult(reason=REASON_NO_MODEL, replica=replica)
+    if status != PREDICT_OK or len(ttft) != n_rows:
+        log.warning("prediction reply unusable: status=%s error=%s", status, err)
+        return BatchResult(reason=REASON_ERROR, replica=replica)
+    return BatchResult(ttft, tpot, version, None, replica)
+
+
 class PredictorClient:
-    def __init__(self, nc: NATS, subject: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        subject: str,
+        timeout_s: float,
+        *,
+        coalescer: CoalescerConfig | None = None,
+        wire_format: Literal["binary", "json"] = "binary",
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.nc = nc
         self.subject = subject
         self.timeout_s = timeout_s
+        self.wire_format = wire_format
+        self.coalescer = Coalescer(self._send, coalescer)
+        self._metrics = _Metrics(registry) if registry is not None else None
 
     async def predict(
-        self, rows: Sequence[list[float]], timeout_s: float | None = None
+        self, rows: Sequence[Sequence[float]] | np.ndarray, timeout_s: float | None = None
     ) -> PredictOutcome:
-        """One request for all rows; ``timeout_s`` overrides the client's deadline."""
-        payload = PredictRequest(rows=[list(r) for r in rows]).encode()
+        """Predictions for one decision's rows; ``timeout_s`` overrides the client's deadline."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        arr = np.asarray(rows, dtype=np.float32)
+        if arr.size == 0:
+            arr = arr.reshape(0, len(FEATURES))
+        if arr.ndim != 2 or arr.shape[1] != len(FEATURES):
+            log.warning("predict called with rows of shape %s", arr.shape)
+            return PredictOutcome(None, reason=REASON_ERROR)
+        r = await self.coalescer.submit(arr, timeout)
+        if r.ttft_ms is None or r.tpot_ms is None:
+            return PredictOutcome(None, reason=r.reason or REASON_ERROR, replica=r.replica)
+        preds = [
+            Prediction(a, b) for a, b in zip(r.ttft_ms.tolist(), r.tpot_ms.tolist(), strict=True)
+        ]
+        return PredictOutcome(preds, model_version=r.model_version, replica=r.replica)
+
+    async def _send(self, rows: np.ndarray, segments: list[int], timeout_s: float) -> BatchResult:
+        if self.wire_format == "json":
+            payload = PredictRequest(rows=rows.astype(np.float64).tolist()).encode()
+        else:
+            payload = wire.encode_request(rows, segments if len(segments) > 1 else None)
+        if self._metrics is not None:
+            self._metrics.batch_calls.observe(len(segments))
         try:
-            msg = await self.nc.request(self.subject, payload, timeout=timeout)
+            msg = await self.nc.request(self.subject, payload, timeout=timeout_s)
         except nats.errors.NoRespondersError:
-            return PredictOutcome(None, reason=REASON_NO_RESPONDERS)
+            return self._count(BatchResult(reason=REASON_NO_RESPONDERS))
         except nats.errors.TimeoutError:
-            return PredictOutcome(None, reason=REASON_TIMEOUT)
+            return self._count(BatchResult(reason=REASON_TIMEOUT))
         except Exception as e:  # connection closed, draining, ...
             log.warning("prediction request failed: %s", e)
-            return PredictOutcome(None, reason=REASON_ERROR)
-        try:
-            reply = PredictReply.decode(msg.data)
-        except SchemaError as e:
-            log.warning("invalid prediction reply: %s", e)
-            return PredictOutcome(None, reason=REASON_ERROR)
-        if reply.status == PREDICT_NOT_READY:
-            return PredictOutcome(None, reason=REASON_NO_MODEL, replica=reply.replica)
-        if reply.status != PREDICT_OK or len(reply.ttft_ms) != len(rows):
-            log.warning("prediction reply unusable: status=%s error=%s", reply.status, reply.error)
-            return PredictOutcome(None, reason=REASON_ERROR, replica=reply.replica)
-        preds = [Prediction(a, b) for a, b in zip(reply.ttft_ms, reply.tpot_ms, strict=True)]
-        return PredictOutcome(preds, model_version=reply.model_version, replica=reply.replica)
+            return self._count(BatchResult(reason=REASON_ERROR))
+        return self._count(decode_reply(msg.data, len(rows)))
+
+    def _count(self, r: BatchResult) -> BatchResult:
+        if self._metrics is not None:
+            self._metrics.batches.labels(r.reason or "ok").inc()
+        return r

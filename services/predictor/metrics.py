@@ -28,6 +28,17 @@ class PredictorMetrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
             registry=r,
         )
+        self.batch_requests = Histogram(
+            "headroom_predictor_batch_requests",
+            "Requests answered by one prediction call (everything queued since the last one)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )
+        self.queued_requests = Gauge(
+            "headroom_predictor_queued_requests",
+            "Requests received and waiting for the next prediction call",
+            registry=r,
+        )
         self.model_loads = Counter(
             "headroom_predictor_model_loads",
             "Model version loads by result (ok, refused, error)",

@@ -6,6 +6,11 @@ whenever the periodic check finds ``current`` moved (an announcement can be miss
 version that fails its checksum, schema or probe is refused (metric + log) and remembered;
 the last good model keeps serving. The predictor runs one process per replica, so every
 replica that is up serves the current version within ``reload_interval_s``.
+
+Predict requests are decoded as they arrive and queued; one batch task predicts everything
+queued since its last call in one prediction call (at most ``max_batch_rows`` rows), in a
+worker thread when the batch has more than ``inline_max_rows`` rows, so the event loop keeps
+answering NATS and ``/health`` while the predictor is saturated.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from services.predictor.core import ModelSlot, PredictHandler, check_servable
+from services.predictor.core import Job, ModelSlot, PredictHandler, check_servable
 from services.predictor.metrics import PredictorMetrics
 from services.predictor.settings import PredictorSettings
 from shared.admin import start_admin_server
@@ -56,6 +62,13 @@ class PredictorService:
         self._admin: web.AppRunner | None = None
         self._task: asyncio.Task | None = None
         self._stopping = asyncio.Event()
+        self._pending: deque[Job] = deque()
+        self._wake = asyncio.Event()
+        self._batch_task: asyncio.Task | None = None
+        self._busy = False
+        self._idle = asyncio.Event()
+        self._predict_sub = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -64,10 +77,11 @@ class PredictorService:
         self._nc = await connect_nats(s.nats_url, f"headroom-predictor-{s.replica_id}")
         self._subs.append(await self._nc.subscribe(self.names.model_announce, cb=self._on_announce))
         await self.check_current()
-        self._subs.append(
-            await self._nc.subscribe(
-                self.names.predict, queue=self.names.predict_queue, cb=self._on_predict
-            )
+        self._batch_task = asyncio.create_task(self._batch_loop(), name="predictor-batches")
+        self._predict_sub = await self._nc.subscribe(
+            self.names.predict,
+            queue=self.names.predict_queue,
+            cb=self._on_predict,
         )
         await self._nc.flush(timeout=2.0)
         self._admin = await start_admin_server(
@@ -88,13 +102,27 @@ class PredictorService:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        if self._predict_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._predict_sub.drain()  # no new requests; received ones are queued
+            await self._wait_idle(5.0)  # answer what is queued
+        if self._batch_task is not None:
+            self._batch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._batch_task
         if self._nc is not None:
             with contextlib.suppress(Exception):
-                await self._nc.drain()  # answers requests already received, then closes
+                await self._nc.drain()
         if self._admin is not None:
             await self._admin.cleanup()
         if self._redis is not None:
             await self._redis.aclose()
+        self._executor.shutdown(wait=False)
+
+    async def _wait_idle(self, timeout_s: float) -> None:
+        if self._pending or self._busy:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout_s)
 
     @property
     def admin_port(self) -> int | None:
@@ -111,12 +139,58 @@ class PredictorService:
 
     # --- NATS callbacks -----------------------------------------------------------------
     async def _on_predict(self, msg: Msg) -> None:
-        data = await self.handler.handle(msg.data)
+        job = self.handler.decode(msg.data, token=msg)
+        if job.error is not None:
+            await self._respond(msg, job.error)
+            return
+        self._pending.append(job)
+        self._idle.clear()
+        self.metrics.queued_requests.set(len(self._pending))
+        self._wake.set()
+
+    @staticmethod
+    async def _respond(msg: Msg, data: bytes) -> None:
         if msg.reply:
             try:
                 await msg.respond(data)
             except Exception as e:
                 log.warning("could not send predict reply: %s", e)
+
+    def _take(self) -> list[Job]:
+        """Everything queued, up to ``max_batch_rows`` rows (at least one request)."""
+        jobs: list[Job] = []
+        rows = 0
+        cap = self.settings.max_batch_rows
+        while self._pending and (not jobs or rows + self._pending[0].n_rows <= cap):
+            job = self._pending.popleft()
+            jobs.append(job)
+            rows += job.n_rows
+        self.metrics.queued_requests.set(len(self._pending))
+        return jobs
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                self._busy = True
+                try:
+                    jobs = self._take()
+                    model = self.slot.model  # read once: the whole batch uses this version
+                    if sum(j.n_rows for j in jobs) > self.handler.inline_max_rows:
+                        replies = await loop.run_in_executor(
+                            self._executor, self.handler.run_batch, jobs, model
+                        )
+                    else:
+                        replies = self.handler.run_batch(jobs, model)
+                    for job, data in zip(jobs, replies, strict=True):
+                        await self._respond(job.token, data)  # type: ignore[arg-type]
+                except Exception:  # defensive: the loop must survive anything
+                    log.exception("predict batch failed")
+                finally:
+                    self._busy = False
+            self._idle.set()
 
     async def _on_announce(self, msg: Msg) -> None:
         """An announcement means "the current pointer moved": read it from Redis (the one

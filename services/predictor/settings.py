@@ -33,5 +33,14 @@ class PredictorSettings(CommonSettings):
         "mean", description="Which models answer when a version has mean and quantile ones"
     )
     inline_max_rows: int = Field(
-        256, ge=1, description="Requests with more rows are predicted in a worker thread"
+        256,
+        ge=1,
+        description="Batches with more rows are predicted in a worker thread (the event loop "
+        "keeps answering NATS and /health meanwhile)",
+    )
+    max_batch_rows: int = Field(
+        16384,
+        ge=1,
+        description="Most rows predicted in one call; requests queued beyond it wait for the "
+        "next call (a larger request is predicted alone)",
     )

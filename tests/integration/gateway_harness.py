@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.gateway.server import RunningGateway, start_gateway
 from services.gateway.settings import GatewaySettings
 from services.simulator.server import start_pod
+from shared import wire
 from shared.bus import connect_nats
 from shared.schemas import PodRecord, PodSnapshot, TrainingSample
 from shared.subjects import Names
@@ -196,7 +197,7 @@ async def predictor(stack: Stack, respond: Responder) -> AsyncIterator[list[list
     seen: list[list[list[float]]] = []
 
     async def cb(msg) -> None:
-        rows = orjson.loads(msg.data)["rows"]
+        rows = wire.request_rows(msg.data)
         seen.append(rows)
         reply = await respond(rows)
         if reply is not None:
