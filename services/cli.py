@@ -26,6 +26,7 @@ def _up(args: argparse.Namespace) -> int:
         pods=args.pods,
         predictors=args.predictors,
         profile=args.profile,
+        fixed_admin_ports=True,
     )
     return run_foreground(config)
 
@@ -65,6 +66,40 @@ def _add_sim(sub: argparse._SubParsersAction) -> None:
     cal.set_defaults(func=_sim_calibrate)
 
 
+def _autoscale(args: argparse.Namespace) -> int:
+    from services.autoscale.cli import main as autoscale_main
+
+    return autoscale_main(args.args)
+
+
+def _lab_or_replay(command: str, argv: list[str]) -> int:
+    if command == "lab":
+        from bench.lab.cli import run
+    else:
+        from bench.replay import run
+    return run(argv)
+
+
+def _lab(args: argparse.Namespace) -> int:
+    return _lab_or_replay("lab", args.args)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    return _lab_or_replay("replay", args.args)
+
+
+def _bench(argv: list[str]) -> int:
+    """`headroom bench predictor|gateway ...` (each parses its own options)."""
+    if not argv or argv[0] not in ("predictor", "gateway"):
+        print("usage: headroom bench {predictor,gateway} [options] (--help for each)")
+        return 2
+    if argv[0] == "predictor":
+        from bench.bench_predictor import run
+    else:
+        from bench.bench_gateway import run
+    return run(argv[1:])
+
+
 def _settings(args: argparse.Namespace) -> int:
     from services import settings_doc
 
@@ -73,10 +108,18 @@ def _settings(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "model":
+        from services import model_cli
+
+        sys.exit(model_cli.main(argv[1:]))
     if argv and argv[0] in SERVICES:
         module = importlib.import_module(f"services.{argv[0]}.main")
         module.main(argv[1:])
         return
+    if argv and argv[0] in ("lab", "replay"):  # they parse their own options
+        sys.exit(_lab_or_replay(argv[0], argv[1:]))
+    if argv and argv[0] == "bench":
+        sys.exit(_bench(argv[1:]))
     parser = argparse.ArgumentParser(prog="headroom", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run the whole dev stack as local processes")
@@ -86,11 +129,34 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--predictors", type=int, default=2, help="predictor replicas")
     up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
     up.set_defaults(func=_up)
+    sub.add_parser("model", help="model versions: list|show|history|rollback|export|import|flush")
     health = sub.add_parser("health", help="exit 0 if every URL answers HTTP 200")
     health.add_argument("urls", nargs="+")
     health.add_argument("--timeout", type=float, default=2.0)
     health.set_defaults(func=_health)
     _add_sim(sub)
+    autoscale = sub.add_parser(
+        "autoscale", add_help=False, help="autoscaling tools (recommend: replicas HPA would reach)"
+    )
+    autoscale.add_argument("args", nargs=argparse.REMAINDER)
+    autoscale.set_defaults(func=_autoscale)
+    lab = sub.add_parser(
+        "lab", add_help=False,
+        help="routing lab: replay a trace against simulated pods in virtual time "
+        "(`lab compare`: load ladder, table, plots)",
+    )  # fmt: skip
+    lab.add_argument("args", nargs=argparse.REMAINDER)
+    lab.set_defaults(func=_lab)
+    replay = sub.add_parser(
+        "replay", add_help=False, help="send a trace to a running gateway (load generator)"
+    )
+    replay.add_argument("args", nargs=argparse.REMAINDER)
+    replay.set_defaults(func=_replay)
+    sub.add_parser(
+        "bench", add_help=False,
+        help="hot-path benchmarks: `bench predictor` (decisions/s, latency), "
+        "`bench gateway` (what the gateway adds)",
+    )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")
     settings.set_defaults(func=_settings)

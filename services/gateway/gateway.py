@@ -25,16 +25,16 @@ from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import prompt_tokens
 from services.gateway.request_headers import RequestObjectives
 from services.gateway.samples import SamplePublisher
+from services.gateway.scheduling import routing
 from services.gateway.scheduling.config import SchedulingConfig, load_config
-from services.gateway.scheduling.cycle import SchedulingRequest
 from services.gateway.scheduling.params import ConfigError
 from services.gateway.scheduling.pod_view import Candidate, PodView
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
-from services.gateway.scheduling.rows import build_candidate_rows
 from services.gateway.scheduling.scheduler import Scheduler
 from services.gateway.settings import GatewaySettings
 from shared.bus import connect_nats, ensure_samples_stream
+from shared.drift import DriftTracker
 from shared.schemas import PodSnapshot, SchemaError
 from shared.subjects import Names
 
@@ -63,6 +63,7 @@ class RoutingDecision:
     profile: str = ""
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    prepared: routing.PreparedRequest | None = None  # the cycle's inputs (shared with the lab)
 
 
 class Gateway:
@@ -78,6 +79,7 @@ class Gateway:
         self.rng = rng or random.Random()
         self.clock = clock
         self.metrics = GatewayMetrics()
+        self.drift = DriftTracker(("ttft", "tpot"), size=1000)
         # the profiles file and the active profile are checked here: a bad config fails start
         self.scheduling: SchedulingConfig = load_config(settings.profiles_path or None)
         timer = self.metrics.plugin_timer()
@@ -172,21 +174,20 @@ class Gateway:
             raise self._no_candidate_error(req.model, now)
         if sum(len(t) for t in req.texts) > _INLINE_TOKENIZE_CHARS:
             tokens = await asyncio.to_thread(prompt_tokens, req.texts)
+            # the loads changed while the prompt was tokenized (requests of the same burst
+            # were dispatched meanwhile): read them again, or the burst lands on one pod
+            cands = self.view.candidates(req.model, self.clock()) or cands
         else:
             tokens = prompt_tokens(req.texts)
-        hashes = self.index.hashes(tokens)
-        cr = build_candidate_rows(cands, len(tokens), hashes, self.index)
         profile = obj.profile or self.settings.profile
-        sched = self.schedulers[profile]
-        priority = obj.priority
-        if priority is None:
-            priority = self.scheduling.objective(req.model).priority
-        sreq = SchedulingRequest(
-            model=req.model, input_tokens=len(tokens), prefix_hashes=hashes,
-            slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms, priority=priority,
+        prep = routing.prepare(
+            self.scheduling, self.schedulers, self.index, cands, tokens,
+            model=req.model, profile=profile,
             max_tokens=req.max_tokens or self.settings.default_max_tokens,
-            streaming=req.stream, profile=profile,
+            streaming=req.stream, slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms,
+            priority=obj.priority,
         )  # fmt: skip
+        sched, cr = prep.scheduler, prep.rows
 
         preds: list[Prediction] | None = None
         reason = version = None
@@ -201,8 +202,8 @@ class Gateway:
             preds, reason, version = outcome.predictions, outcome.reason, outcome.model_version
 
         t0 = time.perf_counter()
-        decision = sched.schedule(
-            sreq, cr, preds, now=self.clock(), rng=self.rng, fallback_reason=reason
+        decision = routing.decide(
+            prep, preds, now=self.clock(), rng=self.rng, fallback_reason=reason
         )
         self.metrics.schedule_seconds.labels(profile).observe(time.perf_counter() - t0)
         self.metrics.routing.labels(decision.path, decision.fallback_reason or "ok").inc()
@@ -220,7 +221,7 @@ class Gateway:
         ]
         return RoutingDecision(
             ranked, decision.path, decision.fallback_reason, version if preds else None,
-            len(tokens), hashes, profile, obj.slo_ttft_ms, obj.slo_tpot_ms,
+            len(tokens), list(prep.hashes), profile, obj.slo_ttft_ms, obj.slo_tpot_ms, prep,
         )  # fmt: skip
 
     def _no_candidate_error(self, model: str, now: float) -> GatewayError:

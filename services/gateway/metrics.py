@@ -22,6 +22,11 @@ _PLUGIN_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1
 class GatewayMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self.prediction_mape = Gauge(
+            "headroom_gateway_prediction_mape",
+            "Rolling MAPE of the chosen pod's prediction against the measured latency",
+            ["target"], registry=r,
+        )  # fmt: skip
         self.requests = Counter(
             "headroom_gateway_requests", "Requests answered, by endpoint and HTTP status",
             ["endpoint", "status"], registry=r,

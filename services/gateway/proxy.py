@@ -271,5 +271,7 @@ class _Exchange:
             predicted_ttft_ms=pred.ttft_ms if pred else None,
             predicted_tpot_ms=pred.tpot_ms if pred else None,
         )
+        for target in gw.drift.observe_sample(sample):
+            gw.metrics.prediction_mape.labels(target=target).set(gw.drift.mape(target))
         if gw.samples is not None:
             gw.samples.publish(sample)

@@ -171,5 +171,9 @@ async def test_predicted_routing_picks_the_lowest_prediction(isolated):
         assert metric(m, "headroom_gateway_routing_total", path="predicted", reason="ok") == 2
         assert metric(m, "inference_objective_request_predicted_ttft_seconds_count",
                       model_name=MODEL) == 2  # fmt: skip
+        # live prediction error: rolling MAPE of the served prediction vs the measurement
+        expected = abs(70.0 - s1.ttft_ms) / s1.ttft_ms + abs(70.0 - s2.ttft_ms) / s2.ttft_ms
+        got = metric(m, "headroom_gateway_prediction_mape", target="ttft")
+        assert got == pytest.approx(expected / 2, rel=1e-6)
         body = orjson.dumps(s1.to_dict())
         assert b"predicted" in body

@@ -1,0 +1,268 @@
+"""`headroom lab` and `headroom lab compare` (argument parsing, progress bar, output files)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.lab.config import (
+    DEFAULT_INGRESS_MS,
+    DEFAULT_INGRESS_US_PER_TOKEN,
+    DEFAULT_MAX_TRAIN_CYCLES,
+    DEFAULT_MODEL,
+    DEFAULT_POD_INGRESS_MS,
+    DEFAULT_POD_INGRESS_US_PER_TOKEN,
+    DEFAULT_PREDICT_LATENCY_MS,
+    LabConfig,
+)
+from bench.lab.run import run_lab
+
+
+def _positive(v: str) -> float:
+    x = float(v)
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return x
+
+
+def _key_value(v: str) -> tuple[str, str]:
+    key, sep, value = v.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {v!r}")
+    return key.strip(), value.strip()
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="Mooncake .jsonl or Azure .csv trace")
+    p.add_argument("--format", choices=("mooncake", "azure"), help="override the suffix guess")
+    p.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
+    p.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    p.add_argument("--limit", type=int, help="at most this many trace requests")
+    p.add_argument("--offset", type=int, default=0, help="skip this many trace requests")
+    p.add_argument("--slo-ttft-ms", type=_positive, help="TTFT SLO (x-llm-d-slo-ttft-ms)")
+    p.add_argument("--slo-tpot-ms", type=_positive, help="TPOT SLO (x-llm-d-slo-tpot-ms)")
+    p.add_argument("--priority", type=int, help="request priority (default: model objective)")
+    p.add_argument("--streaming", action="store_true", help="clients ask for streams")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model name the pods serve")
+    p.add_argument("--profiles", dest="profiles_path", help="scheduling profiles YAML")
+    p.add_argument("--scrape-interval-ms", type=_positive, default=100.0,
+                   help="collector scrape cadence in virtual ms (default 100)")  # fmt: skip
+    p.add_argument("--ingress-ms", type=float, default=DEFAULT_INGRESS_MS,
+                   help="client -> gateway routing time per request (default %(default)s)")  # fmt: skip
+    p.add_argument("--pod-ingress-ms", type=float, default=DEFAULT_POD_INGRESS_MS,
+                   help="gateway -> pod engine time per request (default %(default)s)")  # fmt: skip
+    p.add_argument("--pod-ingress-us-per-token", type=float,
+                   default=DEFAULT_POD_INGRESS_US_PER_TOKEN,
+                   help="gateway -> pod engine time per prompt token (default %(default)s)")  # fmt: skip
+    p.add_argument("--predict-latency-ms", type=float, default=DEFAULT_PREDICT_LATENCY_MS,
+                   help="prediction call latency of predicting profiles (default %(default)s)")  # fmt: skip
+    p.add_argument("--ingress-us-per-token", type=float, default=DEFAULT_INGRESS_US_PER_TOKEN,
+                   help="client -> gateway routing time per prompt token (HTTP, tokenizer; "
+                   "default %(default)s)")  # fmt: skip
+    p.add_argument("--train-interval-s", type=_positive,
+                   help="refit check cadence in virtual s (default: auto, the trainer's "
+                   "interval_s stretched to at most --max-train-cycles checks per run)")  # fmt: skip
+    p.add_argument("--max-train-cycles", type=int, default=DEFAULT_MAX_TRAIN_CYCLES)
+    p.add_argument("--publish-delay-s", type=float, default=0.5,
+                   help="virtual seconds from promotion to the predictor serving it")  # fmt: skip
+    p.add_argument("--mape-after", type=int, default=2000,
+                   help="also report MAPE on requests routed after this many samples")  # fmt: skip
+    p.add_argument("--trainer-objective", choices=("mean", "quantile", "both"),
+                   help="trainer model objective (default: HEADROOM_TRAINER_OBJECTIVE)")  # fmt: skip
+    p.add_argument("--predictor-objective", choices=("mean", "quantile"),
+                   help="which models answer (default: HEADROOM_PREDICTOR_OBJECTIVE)")  # fmt: skip
+    p.add_argument("--trainer-set", type=_key_value, action="append", default=[],
+                   metavar="KEY=VALUE", help="override a trainer setting (e.g. rounds=100)")  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float) -> LabConfig:
+    overrides: dict[str, object] = dict(args.trainer_set)
+    if args.trainer_objective:
+        overrides["objective"] = args.trainer_objective
+    return LabConfig(
+        trace=args.trace,
+        policy=policy,
+        pods=args.pods,
+        profile=args.profile,
+        rate_scale=rate_scale,
+        limit=args.limit,
+        offset=args.offset,
+        seed=args.seed,
+        trace_format=args.format,
+        slo_ttft_ms=args.slo_ttft_ms,
+        slo_tpot_ms=args.slo_tpot_ms,
+        priority=args.priority,
+        streaming=args.streaming,
+        model=args.model,
+        profiles_path=args.profiles_path,
+        scrape_interval_s=args.scrape_interval_ms / 1000.0,
+        ingress_us_per_token=args.ingress_us_per_token,
+        ingress_ms=args.ingress_ms,
+        pod_ingress_ms=args.pod_ingress_ms,
+        pod_ingress_us_per_token=args.pod_ingress_us_per_token,
+        predict_latency_ms=args.predict_latency_ms,
+        train_interval_s=args.train_interval_s,
+        max_train_cycles=args.max_train_cycles,
+        publish_delay_s=args.publish_delay_s,
+        mape_after=args.mape_after,
+        trainer_overrides=overrides,
+        predictor_objective=args.predictor_objective,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="headroom lab",
+        description="Replay a trace against simulated pods in virtual time through the real "
+        "scheduling, training and prediction code. `headroom lab compare --help` for the "
+        "load ladder.",
+    )
+    add_common_arguments(p)
+    p.add_argument("--policy", default="headroom", help="scheduling profile (default headroom)")
+    p.add_argument("--rate-scale", type=_positive, default=1.0,
+                   help="divide inter-arrival times by this (2 = twice the rate)")  # fmt: skip
+    p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
+    return p
+
+
+def build_compare_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="headroom lab compare",
+        description="Run a load ladder for several policies; writes results.json, table.md "
+        "and plots into --out.",
+    )
+    add_common_arguments(p)
+    p.add_argument("--policies", default="round-robin,least-request,gie-default,prefix-aware,"
+                   "cache-aware,llmd-predicted,headroom", help="comma-separated profiles")  # fmt: skip
+    p.add_argument("--loads", default="0.5,0.8,1.0,1.2",
+                   help="fractions of the estimated saturation throughput")  # fmt: skip
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--title", help="plot title (default: trace, pods, profile)")
+    return p
+
+
+@contextmanager
+def _progress(enabled: bool):
+    """A rich progress bar on stderr (yields None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as prog:
+        yield prog
+
+
+def summary_line(r: dict) -> str:
+    slo = r["slo"]["attainment"]
+    pred = r["prediction"] or {}
+    parts = [
+        f"{r['policy']}: {r['completed']}/{r['requests']} done",
+        f"TTFT p50/p90 {r['ttft_ms']['p50']}/{r['ttft_ms']['p90']} ms",
+        f"TPOT p50/p90 {r['tpot_ms']['p50']}/{r['tpot_ms']['p90']} ms",
+    ]
+    if slo is not None:
+        parts.append(f"SLO attainment {100 * slo:.1f}%")
+    if pred.get("ttft_mape") is not None:
+        parts.append(f"MAPE ttft {pred['ttft_mape']:.3f} tpot {pred['tpot_mape']:.3f}")
+    parts.append(f"wall {r['wall_seconds']} s")
+    return "; ".join(parts)
+
+
+def run(argv: list[str]) -> int:
+    if argv and argv[0] == "compare":
+        return run_compare_cli(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args, policy=args.policy, rate_scale=args.rate_scale)
+    except ValueError as e:
+        print(f"headroom lab: {e}", file=sys.stderr)
+        return 2
+    with _progress(not args.quiet) as prog:
+        task = prog.add_task(f"lab {args.policy}", total=None) if prog else None
+
+        def progress(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)  # type: ignore[union-attr]
+
+        try:
+            report = run_lab(config, progress=progress if prog else None)
+        except (ValueError, OSError) as e:
+            print(f"headroom lab: {e}", file=sys.stderr)
+            return 2
+    text = json.dumps(report, indent=1)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+        print(summary_line(report), file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def run_compare_cli(argv: list[str]) -> int:
+    from bench.lab.compare import run_compare, saturation_for, write_outputs
+
+    args = build_compare_parser().parse_args(argv)
+    try:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        loads = [float(x) for x in args.loads.split(",") if x.strip()]
+        base = config_from_args(args, policy=policies[0] if policies else "", rate_scale=1.0)
+        sat = saturation_for(base)
+    except (ValueError, OSError) as e:
+        print(f"headroom lab compare: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"estimated saturation: {sat.pod_rps:.3f} req/s per pod, {sat.cluster_rps:.2f} req/s "
+        f"for {args.pods} pods; trace rate {sat.trace_rps:.3f} req/s; rate scale per load: "
+        + ", ".join(f"{x:g} -> {sat.rate_scale(x):.3f}" for x in loads),
+        file=sys.stderr,
+    )
+    with _progress(not args.quiet) as prog:
+        overall = prog.add_task("runs", total=len(loads) * len(policies)) if prog else None
+        current = prog.add_task("", total=None) if prog else None
+
+        def on_start(policy: str, load: float, scale: float) -> None:
+            if prog:
+                prog.reset(current, description=f"{policy} @ load {load:g}", total=None)  # type: ignore[arg-type]
+
+        def on_progress(done: int, total: int) -> None:
+            if prog:
+                prog.update(current, completed=done, total=total)  # type: ignore[arg-type]
+
+        def on_done(report: dict) -> None:
+            line = f"load {report['load']:g}: {summary_line(report)}"
+            if prog:
+                prog.advance(overall)  # type: ignore[arg-type]
+                prog.console.print(line)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+        try:
+            _, results = run_compare(
+                base, policies, loads, saturation=sat, on_start=on_start,
+                on_progress=on_progress, on_done=on_done,
+            )  # fmt: skip
+        except (ValueError, OSError) as e:
+            print(f"headroom lab compare: {e}", file=sys.stderr)
+            return 2
+    title = args.title or f"{Path(args.trace).name}, {args.pods} pods, {args.profile}"
+    for path in write_outputs(results, Path(args.out), title):
+        print(f"wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,66 @@
+"""What one lab run is: the trace slice, the cluster, the policy, SLOs and learning cadence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+DEFAULT_MAX_TRAIN_CYCLES = 60
+# Request ingress (HTTP, JSON, tokenizer) into the gateway and from the gateway into the pod,
+# and the prediction call: measured against the live stack on the dev box (docs/benchmarks.md).
+DEFAULT_INGRESS_MS = 3.0
+DEFAULT_INGRESS_US_PER_TOKEN = 1.0
+DEFAULT_POD_INGRESS_MS = 2.0
+DEFAULT_POD_INGRESS_US_PER_TOKEN = 1.0
+DEFAULT_PREDICT_LATENCY_MS = 2.0
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    trace: str
+    policy: str = "headroom"  # a profile name in the scheduling config
+    pods: int = 8
+    profile: str = "h100-llama3-8b"  # simulator hardware profile
+    rate_scale: float = 1.0
+    limit: int | None = None
+    offset: int = 0
+    seed: int = 0
+    trace_format: str | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    priority: int | None = None  # None: the model objective's priority from the config
+    streaming: bool = False
+    model: str = DEFAULT_MODEL
+    profiles_path: str | None = None  # scheduling profiles YAML (None: the shipped file)
+    scrape_interval_s: float = 0.1  # the collector's default cadence
+    # client -> gateway routing, and gateway -> pod engine (see bench/lab/simulation.py)
+    ingress_ms: float = DEFAULT_INGRESS_MS
+    ingress_us_per_token: float = DEFAULT_INGRESS_US_PER_TOKEN
+    pod_ingress_ms: float = DEFAULT_POD_INGRESS_MS
+    pod_ingress_us_per_token: float = DEFAULT_POD_INGRESS_US_PER_TOKEN
+    predict_latency_ms: float = DEFAULT_PREDICT_LATENCY_MS  # predicting profiles only
+    # learning (policies with a predicted-latency producer)
+    train_interval_s: float | None = None  # None: auto (see docs/benchmarks.md)
+    max_train_cycles: int = DEFAULT_MAX_TRAIN_CYCLES  # what "auto" aims at
+    publish_delay_s: float = 0.5  # promoted version -> predictor, in virtual seconds
+    mape_after: int = 2000  # report MAPE on requests routed after this many samples
+    trainer_overrides: dict[str, object] = field(default_factory=dict)  # TrainerSettings fields
+    predictor_objective: str | None = None  # None: PredictorSettings().objective
+
+    def __post_init__(self) -> None:
+        if self.pods < 1:
+            raise ValueError("pods must be >= 1")
+        if not self.rate_scale > 0:
+            raise ValueError("rate_scale must be > 0")
+        for name in ("ingress_ms", "ingress_us_per_token", "pod_ingress_ms",
+                     "pod_ingress_us_per_token", "predict_latency_ms"):  # fmt: skip
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if not self.scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
+        if self.train_interval_s is not None and not self.train_interval_s > 0:
+            raise ValueError("train_interval_s must be > 0")
+        for name in ("slo_ttft_ms", "slo_tpot_ms"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0")

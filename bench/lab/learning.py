@@ -1,0 +1,166 @@
+"""Online learning in the lab: the live trainer's window and training cycle, and the live
+predictor's inference, in process and in virtual time.
+
+Samples go through the trainer's own code path (``TrainingSample.validate``, the plausibility
+``check``, ``SampleWindow.offer``); every ``interval_s`` of virtual time a refit check runs
+the way ``TrainerService.fit_now`` does (skip under ``min_new_samples`` new samples or
+``min_samples`` labelled ones, then ``run_cycle`` against the current model, promote only
+when not worse, ``build_meta`` + ``LatencyModel.from_blobs`` for the new current model). A
+promoted version reaches the predictor ``publish_delay_s`` later (fit time, Redis,
+announcement), passes ``check_servable`` and answers with ``predict_rows`` (the predictor's
+``objective`` picks mean or quantile models).
+
+Deterministic for a given seed (XGBoost single-threaded, seeded holdouts). No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.predictor.core import check_servable, predict_rows
+from services.trainer.cycle import PROMOTE, REJECT, build_meta, run_cycle
+from services.trainer.fitting import TrainingData, missing_targets
+from services.trainer.settings import TrainerSettings
+from services.trainer.strata import Strata
+from services.trainer.validation import check
+from services.trainer.window import ADDED, SampleWindow
+from shared.latency_model import LatencyModel
+from shared.schemas import SchemaError, TrainingSample
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """Predictions for the candidate rows of one request (candidate order)."""
+
+    version: str
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+
+
+class OnlineLearner:
+    def __init__(
+        self,
+        trainer: TrainerSettings,
+        *,
+        interval_s: float,
+        publish_delay_s: float = 0.5,
+        predictor_objective: str = "mean",
+    ) -> None:
+        s = trainer
+        self.settings = s
+        self.interval_s = interval_s
+        self.publish_delay_s = publish_delay_s
+        self.prefer = predictor_objective
+        # as TrainerService.__init__ builds it
+        self.window = SampleWindow(
+            s.window_size,
+            s.dedup_size,
+            strata=Strata(s.strata),
+            bucket_cap=s.bucket_cap,
+            max_age_s=s.max_age_s or None,
+        )
+        self.config = s.fit_config()
+        self.limits = s.limits()
+        self.current: LatencyModel | None = None  # the trainer's current version
+        self.served: LatencyModel | None = None  # what the predictor answers with
+        self._pending: list[tuple[float, LatencyModel]] = []  # (install at, model)
+        self._fitted_at_added = 0
+        self._seq = 0
+        self.cycles = self.promoted = self.rejected = 0
+        self.rejected_samples: dict[str, int] = {}
+        self.fit_wall_s = 0.0  # filled by the caller's timer, if any
+        self.history: list[dict] = []
+
+    # --- samples ------------------------------------------------------------------------
+    def offer(self, sample: TrainingSample, now: float) -> str:
+        """Validate and offer one sample (what the trainer does per message)."""
+        try:
+            sample.validate()
+        except SchemaError as e:
+            reason = e.reason
+        else:
+            reason = check(sample, self.limits, now) or self.window.offer(sample, now)
+        if reason != ADDED:
+            self.rejected_samples[reason] = self.rejected_samples.get(reason, 0) + 1
+        return reason
+
+    @property
+    def samples(self) -> int:
+        """Samples accepted into the window so far."""
+        return self.window.added_total
+
+    # --- the trainer's cadence ----------------------------------------------------------
+    def tick(self, now: float) -> str | None:
+        """One refit check at virtual time ``now``; returns a promoted version or None."""
+        s = self.settings
+        self.window.expire(now)
+        if self.window.added_total - self._fitted_at_added < s.min_new_samples:
+            return None
+        if missing_targets(self.window.counts(), s.min_samples, self.config.targets):
+            return None
+        added_at = self.window.added_total
+        coverage = self.window.coverage()
+        data = TrainingData.from_entries(self.window.snapshot())
+        result = run_cycle(data, self.current, self.config, seed=s.seed)
+        self._fitted_at_added = added_at
+        self.cycles += 1
+        self.history.append(
+            {"t": round(now, 3), "decision": result.decision, "reason": result.reason,
+             "samples": result.samples}
+        )  # fmt: skip
+        if result.decision == REJECT:
+            self.rejected += 1
+            return None
+        if result.decision != PROMOTE:
+            return None
+        self._seq += 1
+        version = f"v{self._seq}"
+        meta, blobs = build_meta(version, now, result, self.config, bucket_coverage=coverage)
+        model = LatencyModel.from_blobs(meta, blobs)
+        self.current = model
+        self.promoted += 1
+        self._pending.append((now + self.publish_delay_s, model))
+        return version
+
+    def install_due(self, now: float) -> None:
+        """Predictor side: load every announced version whose time has come."""
+        while self._pending and self._pending[0][0] <= now:
+            _, model = self._pending.pop(0)
+            try:
+                check_servable(model, self.prefer)
+            except SchemaError:
+                continue  # refused; the last good model stays in service
+            self.served = model
+
+    def next_install(self) -> float | None:
+        return self._pending[0][0] if self._pending else None
+
+    # --- the predictor ------------------------------------------------------------------
+    def predict(self, rows: list[list[float]]) -> Served | None:
+        """The predictor's answer for these rows, or None before the first model."""
+        model = self.served
+        if model is None:
+            return None
+        x = np.asarray(rows, dtype=np.float64)
+        ttft, tpot = predict_rows(model, x, self.prefer)
+        return Served(model.version, ttft, tpot)
+
+    def quantile_row(self, row: list[float]) -> tuple[float | None, float | None]:
+        """The served version's p90 (quantile) predictions for one row, when it has quantile
+        models and they are not what routing already used (for coverage reporting)."""
+        model = self.served
+        if model is None:
+            return None, None
+        out: list[float | None] = []
+        x = None
+        for target in ("ttft", "tpot"):
+            key = model.key_for(target, "quantile")
+            if key is None or model.spec(key).objective != "quantile":
+                out.append(None)
+                continue
+            if x is None:
+                x = np.asarray([row], dtype=np.float64)
+            out.append(float(model.predict_key(key, x)[0]))
+        return out[0], out[1]

@@ -1,0 +1,145 @@
+"""One lab run: read the trace, build the cluster and the learner, simulate, report.
+
+The report is the JSON object described in docs/benchmarks.md ("Routing lab"); the same
+config and seed give the same report except ``wall_seconds``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.lab.config import LabConfig
+from bench.lab.learning import OnlineLearner
+from bench.lab.report import prediction_summary, summarize
+from bench.lab.simulation import LabSimulation
+from bench.traces import Trace, read_trace
+from services.gateway.scheduling.config import SchedulingConfig, load_config
+from services.gateway.settings import GatewaySettings
+from services.predictor.settings import PredictorSettings
+from services.simulator.profiles import get_profile
+from services.trainer.settings import TrainerSettings
+
+
+def load_lab_trace(config: LabConfig) -> Trace:
+    return read_trace(
+        config.trace,
+        format=config.trace_format,
+        rate_scale=config.rate_scale,
+        limit=config.limit,
+        offset=config.offset,
+        seed=config.seed,
+    )
+
+
+def auto_train_interval(trainer: TrainerSettings, duration_s: float, max_cycles: int) -> float:
+    """The trainer's ``interval_s``, stretched so a run holds at most ``max_cycles`` refit
+    checks (each refit costs ~0.3-0.6 s of wall time; see docs/benchmarks.md)."""
+    return max(trainer.interval_s, duration_s / max(1, max_cycles))
+
+
+def trainer_settings(config: LabConfig) -> TrainerSettings:
+    return TrainerSettings(**config.trainer_overrides)  # type: ignore[arg-type]
+
+
+def run_lab(
+    config: LabConfig,
+    *,
+    trace: Trace | None = None,
+    scheduling: SchedulingConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Run the lab once and return its report. ``trace`` (already read with the config's
+    rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
+    ``progress(done, total)`` is called as arrivals are routed."""
+    started = time.perf_counter()
+    trace = trace if trace is not None else load_lab_trace(config)
+    scheduling = scheduling or load_config(config.profiles_path)
+    if config.policy not in scheduling.profiles:
+        raise ValueError(
+            f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
+        )
+    profile = get_profile(config.profile)
+    gateway = GatewaySettings()
+    sched = scheduling.scheduler(config.policy)
+    learner = None
+    interval = None
+    if sched.needs_predictions:
+        trainer = trainer_settings(config)
+        interval = config.train_interval_s or auto_train_interval(
+            trainer, trace.duration_s, config.max_train_cycles
+        )
+        objective = config.predictor_objective or PredictorSettings().objective
+        learner = OnlineLearner(
+            trainer,
+            interval_s=interval,
+            publish_delay_s=config.publish_delay_s,
+            predictor_objective=objective,
+        )
+    sim = LabSimulation(
+        trace.requests,
+        profile=profile,
+        pods=config.pods,
+        seed=config.seed,
+        scheduling=scheduling,
+        policy=config.policy,
+        gateway=gateway,
+        model=config.model,
+        streaming=config.streaming,
+        slo_ttft_ms=config.slo_ttft_ms,
+        slo_tpot_ms=config.slo_tpot_ms,
+        priority=config.priority,
+        scrape_interval_s=config.scrape_interval_s,
+        ingress_s_per_token=config.ingress_us_per_token / 1e6,
+        ingress_s=config.ingress_ms / 1000.0,
+        pod_ingress_s_per_token=config.pod_ingress_us_per_token / 1e6,
+        pod_ingress_s=config.pod_ingress_ms / 1000.0,
+        predict_latency_s=config.predict_latency_ms / 1000.0,
+        learner=learner,
+    )
+    total = len(trace)
+    records = sim.run(None if progress is None else (lambda done: progress(done, total)))
+    summary = summarize(records, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
+    prediction = _prediction(records, learner, config, interval, summary["routing"])
+    report = {
+        "policy": config.policy,
+        "trace": Path(config.trace).name,
+        "trace_format": trace.format,
+        "pods": config.pods,
+        "profile": config.profile,
+        "rate_scale": config.rate_scale,
+        "seed": config.seed,
+        "limit": config.limit,
+        "offset": config.offset,
+        "streaming": config.streaming,
+        **summary,
+        "offered_rps": round((total - 1) / trace.duration_s, 4) if trace.duration_s > 0 else None,
+        "skipped_lines": trace.skipped_count,
+        "prefix_cache_hit_rate": sim.prefix_cache_hit_rate(),
+        "preemptions": sim.preemptions(),
+        "prediction": prediction,
+        "wall_seconds": round(time.perf_counter() - started, 3),
+    }
+    return report
+
+
+def _prediction(records, learner, config: LabConfig, interval, paths: dict) -> dict:
+    keys = ("ttft_mape", "tpot_mape", "samples", "model_versions", "fallback_decisions")
+    if learner is None:
+        return dict.fromkeys(keys)
+    out = prediction_summary(records, after_samples=config.mape_after)
+    return {
+        "ttft_mape": out.pop("ttft_mape"),
+        "tpot_mape": out.pop("tpot_mape"),
+        "samples": learner.samples,
+        "model_versions": learner.promoted,
+        "fallback_decisions": paths.get("fallback", 0),
+        **out,
+        "train_interval_s": round(interval, 3),
+        "refits": learner.cycles,
+        "rejected_candidates": learner.rejected,
+        "trainer_objective": learner.settings.objective,
+        "predictor_objective": learner.prefer,
+        "rejected_samples": dict(sorted(learner.rejected_samples.items())),
+    }

@@ -1,0 +1,333 @@
+"""The lab's discrete-event loop: a trace replayed against simulated pods in virtual time.
+
+Every piece is the production code, driven by a virtual clock:
+- pods: ``services.simulator.engine.Engine`` (pod ``i`` seeded ``seed + i`` like the
+  simulator service), stepped like the pod server's driver: while an engine has work, a step
+  starts when the previous one ends; an idle engine starts stepping when a request arrives;
+- the collector: every ``scrape_interval_s`` each pod's stats become a ``PodRecord``
+  (``services.simulator.pod_record``) and one ``PodSnapshot`` is applied to the pod view;
+- the gateway: ``services.gateway.scheduling.routing`` (prepare -> predictions -> decide ->
+  dispatch accounting), the same ``PodView`` / ``PrefixIndex`` / scheduler, with the
+  gateway's settings; first-token and finish events update the view as the proxy does. A
+  request is routed ``ingress_s + ingress_s_per_token x prompt tokens`` after it was sent
+  (HTTP, JSON and the gateway's tokenizer) and reaches its pod's engine
+  ``pod_ingress_s + pod_ingress_s_per_token x prompt tokens`` after the dispatch (HTTP and the
+  pod's tokenizer: a scrape meanwhile does not show it, as live); latencies count from when
+  it was sent. With a predicting profile the decision comes ``predict_latency_s`` after the
+  rows were built, as in the gateway, where requests arriving during the prediction call see
+  the same loads;
+- trainer and predictor: :class:`bench.lab.learning.OnlineLearner`.
+
+At equal times, step ends are handled first, then scrapes, model installs and refit checks,
+then arrivals. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.lab.learning import OnlineLearner
+from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
+from bench.traces import TraceRequest
+from services.gateway.predictor_client import REASON_NO_MODEL
+from services.gateway.scheduling import routing
+from services.gateway.scheduling.config import SchedulingConfig
+from services.gateway.scheduling.pod_view import PodView
+from services.gateway.scheduling.prediction import Prediction
+from services.gateway.scheduling.prefix_index import PrefixIndex
+from services.gateway.settings import GatewaySettings
+from services.simulator.engine import Engine, StepOutcome
+from services.simulator.pod_record import pod_record
+from services.simulator.profiles import Profile
+from shared.schemas import PodSnapshot, TrainingSample
+
+INF = float("inf")
+POOL = "default"
+
+
+@dataclass(slots=True, eq=False)
+class SimPod:
+    index: int
+    name: str
+    url: str
+    engine: Engine
+    busy: bool = False  # a step is in progress
+
+
+@dataclass(slots=True)
+class _Open:
+    record: RequestRecord
+    row: list[float]
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """A request between its rows and its decision (the prediction call)."""
+
+    request: TraceRequest
+    record: RequestRecord
+    tokens: list[int]
+    prep: routing.PreparedRequest
+    rid: str
+    preds: list[Prediction] | None = None
+    reason: str | None = None
+    version: str | None = None
+    pod: SimPod | None = None  # chosen pod
+    chosen: int | None = None  # its candidate index
+
+
+class LabSimulation:
+    def __init__(
+        self,
+        requests: list[TraceRequest],
+        *,
+        profile: Profile,
+        pods: int,
+        seed: int,
+        scheduling: SchedulingConfig,
+        policy: str,
+        gateway: GatewaySettings,
+        model: str,
+        streaming: bool = False,
+        slo_ttft_ms: float | None = None,
+        slo_tpot_ms: float | None = None,
+        priority: int | None = None,
+        scrape_interval_s: float = 0.1,
+        ingress_s_per_token: float = 0.0,
+        ingress_s: float = 0.0,
+        pod_ingress_s_per_token: float = 0.0,
+        pod_ingress_s: float = 0.0,
+        predict_latency_s: float = 0.0,
+        learner: OnlineLearner | None = None,
+    ) -> None:
+        self.requests = requests
+        self.profile = profile
+        self.pods = [
+            SimPod(i, f"pod-{i}", f"sim://pod-{i}", Engine(profile, seed + i)) for i in range(pods)
+        ]
+        self._pod_by_name = {p.name: p for p in self.pods}
+        self.scheduling = scheduling
+        self.policy = policy
+        self.schedulers = {policy: scheduling.scheduler(policy)}
+        self.view = PodView(stale_after_s=gateway.stale_after_s)
+        self.index = PrefixIndex(gateway.prefix_block_tokens, gateway.prefix_index_blocks)
+        self.rng = random.Random(seed)
+        self.model = model
+        self.streaming = streaming
+        self.slo_ttft_ms = slo_ttft_ms
+        self.slo_tpot_ms = slo_tpot_ms
+        self.priority = priority
+        self.scrape_interval_s = scrape_interval_s
+        self.ingress_s_per_token = ingress_s_per_token
+        self.ingress_s = ingress_s
+        self.pod_ingress_s_per_token = pod_ingress_s_per_token
+        self.pod_ingress_s = pod_ingress_s
+        self.predict_latency_s = predict_latency_s
+        # requests awaiting their prediction call or on their way to the pod: (time, seq,
+        # handler, pending request)
+        self._events: list[tuple[float, int, Callable[[_Pending, float], None], _Pending]] = []
+        self.learner = learner
+        self.records = [
+            RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in requests
+        ]
+        self._open: dict[str, _Open] = {}
+        self._heap: list[tuple[float, int, int, StepOutcome]] = []
+        self._seq = 0
+        self.scrapes = 0
+
+    # --- the run ------------------------------------------------------------------------
+    def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
+        reqs, records = self.requests, self.records
+        n = len(reqs)
+        k = self.ingress_s_per_token
+        # a request is routed and reaches its pod once the prompt is through the ingress
+        # (HTTP, the gateway's and the pod's tokenizers): small prompts overtake big ones
+        # sent at the same moment, as in the live stack
+        at = [r.arrival_s + self.ingress_s + k * r.input_tokens for r in reqs]
+        order = sorted(range(n), key=lambda j: (at[j], j)) if k > 0 else range(n)
+        pending = self._events
+        heap = self._heap
+        learner = self.learner
+        ai = 0
+        k_scrape = 0
+        next_scrape = 0.0
+        k_train = 1
+        interval = learner.interval_s if learner else INF
+        next_train = interval
+        report_every = max(1, n // 200)
+        while ai < n or self._open or pending:
+            th = heap[0][0] if heap else INF
+            ta = at[order[ai]] if ai < n else INF
+            ti = learner.next_install() if learner else None
+            tc = min(next_scrape, next_train, INF if ti is None else ti)
+            td = pending[0][0] if pending else INF
+            if th <= ta and th <= tc and th <= td:
+                t, _, pi, out = heapq.heappop(heap)
+                self._step_end(self.pods[pi], t, out)
+            elif td <= ta and td <= tc:
+                t, _, handler, p = heapq.heappop(pending)
+                handler(p, t)
+            elif tc <= ta:
+                if next_scrape <= tc:
+                    self._scrape(next_scrape)
+                    k_scrape += 1
+                    next_scrape = k_scrape * self.scrape_interval_s
+                elif ti is not None and ti <= tc:
+                    learner.install_due(ti)  # type: ignore[union-attr]
+                else:
+                    learner.tick(next_train)  # type: ignore[union-attr]
+                    k_train += 1
+                    next_train = k_train * interval
+            else:
+                j = order[ai]
+                self._arrive(reqs[j], records[j], ta)
+                ai += 1
+                if progress is not None and (ai % report_every == 0 or ai == n):
+                    progress(ai)
+        return records
+
+    # --- the collector ------------------------------------------------------------------
+    def _scrape(self, now: float) -> None:
+        prof, model = self.profile, self.model
+        recs = [
+            pod_record(p.engine.stats(), prof, name=p.name, url=p.url, model=model, scraped_at=now)
+            for p in self.pods
+        ]
+        self.view.apply_snapshot(PodSnapshot(pool=POOL, ts=now, pods=recs))
+        self.scrapes += 1
+
+    # --- the pods -----------------------------------------------------------------------
+    def _start_step(self, pod: SimPod, now: float) -> None:
+        out = pod.engine.step(now)
+        self._seq += 1
+        heapq.heappush(self._heap, (now + out.duration_s, self._seq, pod.index, out))
+        pod.busy = True
+
+    def _step_end(self, pod: SimPod, t: float, out: StepOutcome) -> None:
+        for ev in out.events:
+            if ev.index and not ev.finished:
+                continue
+            op = self._open[ev.req_id]
+            rec = op.record
+            if ev.index == 0:
+                rec.first_token_s = t
+                self.view.on_first_token(ev.req_id)
+            if ev.finished:
+                rec.finished_s = t
+                rec.output_tokens = ev.index + 1
+                rec.status = OK
+                self.view.on_finish(ev.req_id)
+                del self._open[ev.req_id]
+                if self.learner is not None:
+                    self._sample(ev.req_id, op, t)
+        if pod.engine.has_work():
+            self._start_step(pod, t)
+        else:
+            pod.busy = False
+
+    def _sample(self, rid: str, op: _Open, now: float) -> None:
+        rec = op.record
+        e2e = rec.e2e_ms
+        sample = TrainingSample(
+            request_id=rid, pool=POOL, pod=rec.pod or "", model=self.model,
+            features=op.row, e2e_ms=e2e if e2e is not None else 0.0,
+            input_tokens=rec.input_tokens, output_tokens=rec.output_tokens,
+            streaming=self.streaming, ts=now, ttft_ms=rec.ttft_ms, tpot_ms=rec.tpot_ms,
+            routing=rec.path or "fallback", model_version=rec.model_version,
+            predicted_ttft_ms=rec.predicted_ttft_ms, predicted_tpot_ms=rec.predicted_tpot_ms,
+        )  # fmt: skip
+        self.learner.offer(sample, now)  # type: ignore[union-attr]
+
+    # --- the gateway --------------------------------------------------------------------
+    def _arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
+        """The gateway has the request: build the rows from the view as it is now; with a
+        predicting profile the decision waits for the prediction call
+        (``predict_latency_s``), and requests arriving meanwhile see the same loads."""
+        cands = self.view.candidates(self.model, now)
+        if not cands:  # cannot happen with the lab's always-ready pods; kept for safety
+            rec.status, rec.error = FAILED, "no_ready_pod"
+            return
+        tokens = req.prompt_tokens()
+        prep = routing.prepare(
+            self.scheduling, self.schedulers, self.index, cands, tokens,
+            model=self.model, profile=self.policy, max_tokens=req.output_tokens,
+            streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
+            slo_tpot_ms=self.slo_tpot_ms, priority=self.priority,
+        )  # fmt: skip
+        p = _Pending(req, rec, tokens, prep, f"r{req.index}")
+        learner = self.learner
+        if prep.scheduler.needs_predictions and learner is not None:
+            served = learner.predict(prep.rows.rows)
+            if served is None:
+                p.reason = REASON_NO_MODEL
+            else:
+                p.preds = [
+                    Prediction(a, b) for a, b in zip(served.ttft_ms, served.tpot_ms, strict=True)
+                ]
+                p.version = served.version
+            if self.predict_latency_s > 0:
+                self._later(now + self.predict_latency_s, self._decide, p)
+                return
+        self._decide(p, now)
+
+    def _decide(self, p: _Pending, now: float) -> None:
+        prep, rec, req, preds = p.prep, p.record, p.request, p.preds
+        decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
+        rec.path = decision.path
+        if not decision.admitted:
+            rec.status, rec.error = REJECTED, decision.reject_reason
+            return
+        i = decision.ranked[0]
+        p.pod = self._pod_by_name[prep.rows.candidates[i].name]
+        p.chosen = i
+        rec.pod = p.pod.name
+        routing.on_dispatch(self.view, p.rid, prep, i, now)
+        if preds is not None:
+            rec.model_version = p.version
+            rec.predicted_ttft_ms = decision.predicted_ttft_ms
+            rec.predicted_tpot_ms = decision.predicted_tpot_ms
+        delay = self.pod_ingress_s + self.pod_ingress_s_per_token * req.input_tokens
+        if delay > 0:
+            self._later(now + delay, self._submit, p)
+        else:
+            self._submit(p, now)
+
+    def _submit(self, p: _Pending, now: float) -> None:
+        """The request reached its pod (after HTTP and the pod's tokenizer)."""
+        rec, req, pod, i = p.record, p.request, p.pod, p.chosen
+        assert pod is not None and i is not None
+        try:
+            pod.engine.submit(p.rid, p.tokens, req.output_tokens, now)
+        except ValueError as e:  # the pod answers 400 (prompt too long): no retry
+            self.view.on_finish(p.rid)
+            rec.status, rec.error = FAILED, str(e)
+            return
+        routing.on_accepted(self.index, p.prep, i)
+        row = p.prep.rows.rows[i]
+        learner = self.learner
+        if p.preds is not None:
+            rec.p90_ttft_ms, rec.p90_tpot_ms = learner.quantile_row(row)  # type: ignore[union-attr]
+        if learner is not None:
+            rec.trained_samples = learner.samples
+        self._open[p.rid] = _Open(rec, row)
+        if not pod.busy:
+            self._start_step(pod, now)
+
+    def _later(self, t: float, handler: Callable[[_Pending, float], None], p: _Pending) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, handler, p))
+
+    # --- results ------------------------------------------------------------------------
+    def prefix_cache_hit_rate(self) -> float | None:
+        hits = queries = 0
+        for p in self.pods:
+            s = p.engine.stats()
+            hits += s.prefix_cache_hits
+            queries += s.prefix_cache_queries
+        return round(hits / queries, 5) if queries else None
+
+    def preemptions(self) -> int:
+        return sum(p.engine.stats().preemptions for p in self.pods)

@@ -1,0 +1,119 @@
+"""The per-request routing steps around one scheduling cycle, shared by the gateway and the
+routing lab (bench/lab), so both route a request exactly the same way.
+
+1. :func:`prepare` — resolve the profile and priority, hash the prompt's prefix blocks,
+   build the candidates' feature rows (:func:`build_candidate_rows`) and the
+   :class:`SchedulingRequest`;
+2. the shell obtains predictions for ``prepared.rows.rows`` when
+   ``prepared.scheduler.needs_predictions`` (the gateway over NATS, the lab in process);
+3. :func:`decide` — run the profile (:meth:`Scheduler.schedule`);
+4. :func:`on_dispatch` when the request is sent to a ranked pod (in-flight accounting with
+   the pod's uncached prompt tokens) and :func:`on_accepted` once the pod took it (the prefix
+   index learns the pod now holds the prompt's blocks). The pod view's ``on_first_token`` and
+   ``on_finish`` close the request.
+
+Pure: no I/O, no clock (``now`` and ``rng`` are passed in).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from services.gateway.scheduling.config import SchedulingConfig
+from services.gateway.scheduling.cycle import Decision, SchedulingRequest
+from services.gateway.scheduling.pod_view import Candidate, PodView
+from services.gateway.scheduling.prediction import Prediction
+from services.gateway.scheduling.prefix_index import PrefixIndex
+from services.gateway.scheduling.rows import CandidateRows, build_candidate_rows
+from services.gateway.scheduling.scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """Everything one scheduling cycle needs, built before the prediction call."""
+
+    scheduler: Scheduler
+    request: SchedulingRequest
+    rows: CandidateRows
+
+    @property
+    def profile(self) -> str:
+        return self.scheduler.profile
+
+    @property
+    def hashes(self) -> Sequence[int]:
+        return self.request.prefix_hashes
+
+
+def prepare(
+    config: SchedulingConfig,
+    schedulers: Mapping[str, Scheduler],
+    index: PrefixIndex,
+    candidates: Sequence[Candidate],
+    tokens: Sequence[int],
+    *,
+    model: str,
+    profile: str,
+    max_tokens: int,
+    streaming: bool,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    priority: int | None = None,
+) -> PreparedRequest:
+    """Build the cycle's inputs for a prompt of ``tokens`` over ``candidates`` (non-empty).
+
+    ``priority`` None takes the model objective's priority from ``config``; the prefix
+    blocks are hashed once here and reused by :func:`on_accepted`."""
+    sched = schedulers[profile]
+    if priority is None:
+        priority = config.objective(model).priority
+    hashes = index.hashes(tokens)
+    n = len(tokens)
+    rows = build_candidate_rows(candidates, n, hashes, index)
+    request = SchedulingRequest(
+        model=model, input_tokens=n, prefix_hashes=hashes, slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms, priority=priority, max_tokens=max_tokens,
+        streaming=streaming, profile=profile,
+    )  # fmt: skip
+    return PreparedRequest(sched, request, rows)
+
+
+def decide(
+    prepared: PreparedRequest,
+    predictions: Sequence[Prediction] | None,
+    *,
+    now: float,
+    rng: random.Random,
+    fallback_reason: str | None = None,
+) -> Decision:
+    """One scheduling cycle (see :meth:`Scheduler.schedule`)."""
+    return prepared.scheduler.schedule(
+        prepared.request,
+        prepared.rows,
+        predictions,
+        now=now,
+        rng=rng,
+        fallback_reason=fallback_reason,
+    )
+
+
+def on_dispatch(
+    view: PodView, request_id: str, prepared: PreparedRequest, i: int, now: float
+) -> None:
+    """The request is being sent to candidate ``i``: count it in flight there."""
+    req = prepared.request
+    view.on_dispatch(
+        request_id,
+        prepared.rows.candidates[i].name,
+        prepared.rows.uncached_tokens(i, req.input_tokens),
+        req.max_tokens,
+        now,
+        req.slo_tpot_ms,
+    )
+
+
+def on_accepted(index: PrefixIndex, prepared: PreparedRequest, i: int) -> None:
+    """Candidate ``i`` accepted the request: it now holds the prompt's prefix blocks."""
+    index.insert(prepared.rows.candidates[i].name, prepared.request.prefix_hashes)

@@ -1,0 +1,86 @@
+"""The per-request routing steps shared by the gateway and the lab
+(services/gateway/scheduling/routing.py) do what the gateway did inline."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.gateway.scheduling import routing
+from services.gateway.scheduling.config import load_config
+from services.gateway.scheduling.cycle import SchedulingRequest
+from services.gateway.scheduling.pod_view import PodView
+from services.gateway.scheduling.prediction import Prediction
+from services.gateway.scheduling.prefix_index import PrefixIndex
+from services.gateway.scheduling.rows import build_candidate_rows
+from shared.schemas import PodRecord, PodSnapshot
+from shared.tokenizer import synth_tokens
+
+MODEL = "m"
+
+
+def setup(n: int = 3):
+    view = PodView(stale_after_s=2.0)
+    recs = [
+        PodRecord(name=f"pod-{i}", url=f"u{i}", ready=True, scraped_at=10.0, models=[MODEL],
+                  waiting=float(i), running=float(2 * i), kv_usage=0.1 * i)
+        for i in range(n)
+    ]  # fmt: skip
+    view.apply_snapshot(PodSnapshot(pool="p", ts=10.0, pods=recs))
+    index = PrefixIndex(16, 1000)
+    config = load_config()
+    schedulers = {name: config.scheduler(name) for name in config.profiles}
+    return view, index, config, schedulers
+
+
+@pytest.mark.parametrize("profile", ["gie-default", "headroom", "llmd-predicted", "cache-aware"])
+def test_prepare_and_decide_match_the_manual_chain(profile):
+    view, index, config, schedulers = setup()
+    tokens = synth_tokens(100, 3)
+    index.insert("pod-2", index.hashes(tokens))
+    cands = view.candidates(MODEL, 10.5)
+    prep = routing.prepare(
+        config, schedulers, index, cands, tokens, model=MODEL, profile=profile,
+        max_tokens=50, streaming=True, slo_ttft_ms=500.0,
+    )  # fmt: skip
+    hashes = index.hashes(tokens)
+    rows = build_candidate_rows(cands, len(tokens), hashes, index)
+    assert prep.rows == rows and list(prep.hashes) == hashes and prep.profile == profile
+    assert prep.request == SchedulingRequest(
+        MODEL, 100, hashes, 500.0, None, config.objective(MODEL).priority, 50, True, profile
+    )
+    preds = [Prediction(100.0 * (i + 1), 10.0) for i in range(len(cands))]
+    preds = preds if prep.scheduler.needs_predictions else None
+    got = routing.decide(prep, preds, now=10.5, rng=random.Random(1))
+    want = config.scheduler(profile).schedule(
+        prep.request, rows, preds, now=10.5, rng=random.Random(1)
+    )
+    assert (got.ranked, got.path, got.scores) == (want.ranked, want.path, want.scores)
+
+
+def test_priority_header_overrides_the_objective():
+    view, index, config, schedulers = setup()
+    cands = view.candidates(MODEL, 10.0)
+    prep = routing.prepare(config, schedulers, index, cands, [1, 2, 3], model=MODEL,
+                           profile="headroom", max_tokens=5, streaming=False, priority=-3)  # fmt: skip
+    assert prep.request.priority == -3
+
+
+def test_dispatch_and_accept_accounting():
+    view, index, config, schedulers = setup(2)
+    tokens = synth_tokens(64, 9)
+    cands = view.candidates(MODEL, 10.0)
+    index.insert("pod-1", index.hashes(tokens[:32]))  # half the prompt cached on pod-1
+    prep = routing.prepare(config, schedulers, index, cands, tokens, model=MODEL,
+                           profile="round-robin", max_tokens=7, streaming=True,
+                           slo_tpot_ms=40.0)  # fmt: skip
+    routing.on_dispatch(view, "r1", prep, 1, 10.1)
+    assert view.in_flight("pod-1") == (1, 32.0, 0.0)
+    view.on_first_token("r1")
+    assert view.in_flight("pod-1") == (1, 0.0, 7.0)
+    assert view.candidates(MODEL, 10.2)[1].tightest_tpot_slo_ms == 40.0
+    routing.on_accepted(index, prep, 1)
+    assert index.score("pod-1", prep.hashes) == 1.0 and index.score("pod-0", prep.hashes) == 0
+    view.on_finish("r1")
+    assert view.total_in_flight() == 0
