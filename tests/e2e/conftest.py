@@ -1,9 +1,12 @@
-"""A whole stack started through the same launcher `make up` uses, in a unique namespace."""
+"""Whole stacks started through the same launcher `make up` uses, each in a unique namespace."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -13,37 +16,67 @@ from shared.subjects import Names
 from tests.conftest import _cleanup
 
 
+@contextmanager
+def running_stack(
+    infra: dict, prefix: str, *, setup: Callable[[Names], None] | None = None, **config
+) -> Iterator[Stack]:
+    """Start a stack (free gateway port, namespace ``{prefix}-<uuid>``); ``setup(names)``
+    runs first (e.g. to publish a model). Logs go to ``stack.logs``; the namespace's stream
+    and keys are removed afterwards."""
+    names = Names(f"{prefix}-{uuid.uuid4().hex[:10]}")
+    logs: list[str] = []
+    try:
+        if setup is not None:
+            setup(names)
+        s = Stack(
+            StackConfig(
+                nats_url=infra["nats_url"],
+                redis_url=infra["redis_url"],
+                namespace=names.namespace,
+                gateway_port=embedded.free_port(),
+                **config,
+            ),
+            log=logs.append,
+        )
+        s.names = names  # type: ignore[attr-defined]
+        s.logs = logs  # type: ignore[attr-defined]
+        try:
+            s.start()
+        except Exception:
+            print("\n".join(logs[-200:]))
+            raise
+        try:
+            yield s
+        finally:
+            s.stop()
+    finally:
+        asyncio.run(_cleanup(infra, names))
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples (Prometheus text) whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"^([^\s{#]+)(\{[^}]*\})?\s+(\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        if all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
 @pytest.fixture(scope="module")
 def stack(infra):
-    names = Names(f"hre-{uuid.uuid4().hex[:10]}")
-    logs: list[str] = []
-    config = StackConfig(
-        nats_url=infra["nats_url"],
-        redis_url=infra["redis_url"],
-        namespace=names.namespace,
-        gateway_port=embedded.free_port(),
-        pods=4,
-        predictors=2,
-        env={
-            "trainer": {
-                "HEADROOM_TRAINER_INTERVAL_S": "1.5",
-                "HEADROOM_TRAINER_MIN_SAMPLES": "60",
-                "HEADROOM_TRAINER_MIN_NEW_SAMPLES": "20",
-                "HEADROOM_TRAINER_ROUNDS": "60",
-            },
-            "predictor": {"HEADROOM_PREDICTOR_RELOAD_INTERVAL_S": "1"},
-            # A loaded 2-core CI box: give predictions room so routing is observable.
-            "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "500"},
+    env = {
+        "trainer": {
+            "HEADROOM_TRAINER_INTERVAL_S": "1.5",
+            "HEADROOM_TRAINER_MIN_SAMPLES": "60",
+            "HEADROOM_TRAINER_MIN_NEW_SAMPLES": "20",
+            "HEADROOM_TRAINER_ROUNDS": "60",
         },
-    )
-    s = Stack(config, log=logs.append)
-    try:
-        s.start()
-    except Exception:
-        print("\n".join(logs[-200:]))
-        raise
-    s.names = names  # type: ignore[attr-defined]
-    s.logs = logs  # type: ignore[attr-defined]
-    yield s
-    s.stop()
-    asyncio.run(_cleanup(infra, names))
+        "predictor": {"HEADROOM_PREDICTOR_RELOAD_INTERVAL_S": "1"},
+        # A loaded 2-core CI box: give predictions room so routing is observable.
+        "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "500"},
+    }
+    with running_stack(infra, "hre", pods=4, predictors=2, env=env) as s:
+        yield s

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 
 import pytest
 
@@ -19,10 +18,7 @@ from bench.lab.run import run_lab
 from bench.lab.synthetic import traces_dir
 from bench.replay import Replayer, report
 from bench.traces import read_trace
-from services.launcher import Stack, StackConfig
-from shared import embedded
-from shared.subjects import Names
-from tests.conftest import _cleanup
+from tests.e2e.conftest import running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -40,21 +36,8 @@ def _trace_path() -> str:
 
 @pytest.fixture(scope="module")
 def live(infra):
-    names = Names(f"hrl-{uuid.uuid4().hex[:10]}")
-    logs: list[str] = []
-    config = StackConfig(
-        nats_url=infra["nats_url"], redis_url=infra["redis_url"], namespace=names.namespace,
-        gateway_port=embedded.free_port(), pods=PODS, predictors=1,
-    )  # fmt: skip
-    s = Stack(config, log=logs.append)
-    try:
-        s.start()
-    except Exception:
-        print("\n".join(logs[-200:]))
-        raise
-    yield s
-    s.stop()
-    asyncio.run(_cleanup(infra, names))
+    with running_stack(infra, "hrl", pods=PODS, predictors=1) as s:
+        yield s
 
 
 def _p50s(r: dict) -> tuple[float, float]:

@@ -13,16 +13,13 @@ the stack starts, so predicted routing is active at once and its answers are kno
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import uuid
 
 import aiohttp
 import numpy as np
 import pytest
 
-from services.launcher import DEFAULT_MODEL, Stack, StackConfig
-from shared import embedded
+from services.launcher import DEFAULT_MODEL
 from shared.bus import connect_redis
 from shared.features import FEATURE_SCHEMA_VERSION, FEATURES, POD_TYPES, prefix_bucket
 from shared.latency_model import ModelSpec, booster_to_bytes, fit_booster, sha256
@@ -30,7 +27,7 @@ from shared.model_store import publish_version
 from shared.schemas import ModelMeta
 from shared.subjects import Names
 from shared.tokenizer import synth_text
-from tests.conftest import _cleanup
+from tests.e2e.conftest import metric_value, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -84,44 +81,17 @@ async def publish_synthetic_model(redis_url: str, names: Names) -> str:
 
 @pytest.fixture(scope="module")
 def slo_stack(infra):
-    names = Names(f"hrs-{uuid.uuid4().hex[:10]}")
-    asyncio.run(publish_synthetic_model(infra["redis_url"], names))
-    logs: list[str] = []
-    config = StackConfig(
-        nats_url=infra["nats_url"],
-        redis_url=infra["redis_url"],
-        namespace=names.namespace,
-        gateway_port=embedded.free_port(),
-        pods=2,
-        predictors=1,
-        env={
-            "trainer": {"HEADROOM_TRAINER_MIN_SAMPLES": "1000000"},  # keep the synthetic model
-            "predictor": {"HEADROOM_PREDICTOR_RELOAD_INTERVAL_S": "1"},
-            "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000"},
-        },
-    )
-    s = Stack(config, log=logs.append)
-    try:
-        s.start()
-    except Exception:
-        print("\n".join(logs[-200:]))
-        raise
-    s.names = names  # type: ignore[attr-defined]
-    s.logs = logs  # type: ignore[attr-defined]
-    yield s
-    s.stop()
-    asyncio.run(_cleanup(infra, names))
+    env = {
+        "trainer": {"HEADROOM_TRAINER_MIN_SAMPLES": "1000000"},  # keep the synthetic model
+        "predictor": {"HEADROOM_PREDICTOR_RELOAD_INTERVAL_S": "1"},
+        "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000"},
+    }
 
+    def setup(names):
+        asyncio.run(publish_synthetic_model(infra["redis_url"], names))
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(r"^([^\s{#]+)(\{[^}]*\})?\s+(\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        if all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
+    with running_stack(infra, "hrs", setup=setup, pods=2, predictors=1, env=env) as s:
+        yield s
 
 
 class Client:
@@ -156,7 +126,7 @@ class Client:
 
 async def _pod_gauge(session, url: str, name: str) -> float:
     async with session.get(f"{url}/metrics") as r:
-        return _metric(await r.text(), name)
+        return metric_value(await r.text(), name)
 
 
 async def _until(cond, timeout_s: float, what: str) -> None:
@@ -256,7 +226,7 @@ async def _run_scenario(s, c: Client, session, holders: list[asyncio.Task]) -> N
     assert status == 200
 
     m = await c.metrics()
-    assert _metric(m, "headroom_gateway_requests_shed_total", reason="slo_unattainable") >= 1
-    assert _metric(m, "inference_objective_request_slo_violation_total", type="ttft") >= 1
-    assert _metric(m, "headroom_gateway_scheduler_plugin_duration_seconds_count",
+    assert metric_value(m, "headroom_gateway_requests_shed_total", reason="slo_unattainable") >= 1
+    assert metric_value(m, "inference_objective_request_slo_violation_total", type="ttft") >= 1
+    assert metric_value(m, "headroom_gateway_scheduler_plugin_duration_seconds_count",
                    plugin_type="predicted-latency-producer") >= 8  # fmt: skip

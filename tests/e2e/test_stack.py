@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import time
 import urllib.request
 
@@ -18,22 +17,9 @@ from services.launcher import DEFAULT_MODEL
 from shared.bus import connect_redis
 from shared.model_store import current_version
 from shared.tokenizer import synth_text
+from tests.e2e.conftest import metric_value
 
 pytestmark = pytest.mark.e2e
-
-
-def _metric(text: str, name: str, **labels: str) -> float:
-    """Sum of a metric's samples whose labels include ``labels``."""
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        m = re.match(r"^([^\s{]+)(\{[^}]*\})?\s+(\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        if all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
 
 
 def _get(url: str) -> str:
@@ -143,7 +129,7 @@ async def test_stack_learns_and_switches_to_predicted_routing(stack):
                 break
 
     assert all(status == 200 for status, *_ in results), {s for s, *_ in results}
-    samples = _metric(_get(stack.admin_urls["trainer"] + "/metrics"),
+    samples = metric_value(_get(stack.admin_urls["trainer"] + "/metrics"),
                       "headroom_trainer_samples_received_total")  # fmt: skip
     assert samples >= 250, samples
     for i in range(stack.config.predictors):
@@ -153,7 +139,7 @@ async def test_stack_learns_and_switches_to_predicted_routing(stack):
     assert len(predicted) >= 10, later
     assert all(x[3] for x in predicted)
     gw_metrics = _get(stack.gateway_url + "/metrics")
-    assert _metric(gw_metrics, "headroom_gateway_routing_total", path="predicted") >= 10
-    assert _metric(gw_metrics, "headroom_gateway_routing_total", path="fallback") >= 1
+    assert metric_value(gw_metrics, "headroom_gateway_routing_total", path="predicted") >= 10
+    assert metric_value(gw_metrics, "headroom_gateway_routing_total", path="fallback") >= 1
     pods = {pod for _, pod, *_ in results}
     assert len(pods) >= 3, pods
