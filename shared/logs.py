@@ -1,4 +1,8 @@
-"""Structured JSON logging, one line per record, set up by each service's entry point."""
+"""Structured JSON logging, one line per record, set up by each service's entry point.
+
+A record logged inside an OpenTelemetry span carries its ``trace_id`` and ``span_id`` (32 and
+16 hex digits, as tracing backends show them) unless it names a ``trace_id`` itself.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import sys
 import time
 
 import orjson
+from opentelemetry import trace
 
 
 class JsonFormatter(logging.Formatter):
@@ -27,6 +32,11 @@ class JsonFormatter(logging.Formatter):
             val = getattr(record, key, None)
             if val is not None:
                 d[key] = val
+        if "trace_id" not in d:
+            sc = trace.get_current_span().get_span_context()
+            if sc.is_valid:
+                d["trace_id"] = f"{sc.trace_id:032x}"
+                d["span_id"] = f"{sc.span_id:016x}"
         if record.exc_info:
             d["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(d).decode()

@@ -7,6 +7,7 @@ import argparse
 from services.collector.service import CollectorService
 from services.collector.settings import CollectorSettings
 from shared.runner import run_service
+from shared.telemetry import setup_telemetry
 
 
 def _parse_args(argv: list[str] | None) -> dict:
@@ -30,7 +31,14 @@ def _parse_args(argv: list[str] | None) -> dict:
 def main(argv: list[str] | None = None) -> None:
     overrides = _parse_args(argv)
     settings = CollectorSettings(**overrides)
-    run_service("collector", settings.log_level, lambda: CollectorService(settings))
+    run_service(
+        "collector",
+        settings.log_level,
+        lambda tel: CollectorService(settings, telemetry=tel),
+        telemetry=lambda: setup_telemetry(
+            "collector", pool=settings.pool, namespace=settings.namespace
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,13 @@ class CollectorMetrics:
             "Pods published with ready=true in the last snapshot",
             registry=r,
         )
+        self.staleness = Gauge(
+            "headroom_collector_pod_staleness_seconds",
+            "Age of each pod's record in the last snapshot (now - scraped_at): grows while a "
+            "pod's scrapes fail or hang",
+            ["pod"],
+            registry=r,
+        )
         self.pods_total = Gauge("headroom_collector_pods", "Pods in the last snapshot", registry=r)
         self.parse_ignored = Counter(
             "headroom_collector_parse_ignored_lines",
@@ -98,10 +105,8 @@ class CollectorMetrics:
 
     def forget_pod(self, pod: str, reasons: set[str]) -> None:
         """Drop the label children of a pod that left discovery."""
-        try:
-            self.scrape_duration.remove(pod)
-        except KeyError:
-            pass
+        _remove(self.scrape_duration, pod)
+        _remove(self.staleness, pod)
         for reason in reasons:
             try:
                 self.scrape_errors.remove(pod, reason)
@@ -109,7 +114,7 @@ class CollectorMetrics:
                 pass
 
 
-def _remove(metric: Gauge, *labels: str) -> None:
+def _remove(metric: Gauge | Histogram, *labels: str) -> None:
     try:
         metric.remove(*labels)
     except KeyError:

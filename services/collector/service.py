@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 from nats.aio.client import Client as NATS
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.autoscale.hpa import Behavior
 from services.autoscale.signals import PodLoad, Recommender, pool_signals
@@ -34,6 +35,7 @@ from shared.admin import start_admin_server
 from shared.bus import connect_nats
 from shared.schemas import PodRecord, PodSnapshot
 from shared.subjects import Names
+from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,9 @@ class Collector:
         clock: Callable[[], float] = time.time,
         recommender: Recommender | None = None,
         max_batch_slots: int = 0,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self.tel = telemetry or Telemetry.disabled("collector")
         self._discovery = discovery
         self._scraper = scraper
         self._publish = publish
@@ -84,7 +88,7 @@ class Collector:
         self.last_snapshot: PodSnapshot | None = None
 
     # --- one pod -------------------------------------------------------------------------
-    def _record_outcome(self, name: str, outcome: ScrapeOutcome) -> None:
+    def _record_outcome(self, name: str, outcome: ScrapeOutcome, started_ns: int = 0) -> None:
         m = self.metrics
         m.scrape_duration.labels(name).observe(outcome.duration_s)
         if outcome.ignored_lines:
@@ -95,10 +99,36 @@ class Collector:
             prev = self._latest.get(name)
             if prev is None or prev.ready:
                 log.warning("pod %s not ready: %s", name, outcome.record.error, extra={"pod": name})
+                self._trace_scrape(outcome, started_ns)
+        elif self.tel.enabled and outcome.duration_s > self.interval_s:
+            self._trace_scrape(outcome, started_ns)  # slower than the snapshot interval
         elif (prev := self._latest.get(name)) is not None and not prev.ready:
             log.info("pod %s ready again", name, extra={"pod": name})
         self._latest[name] = outcome.record
         self._loads[name] = self._load(outcome)
+
+    def _trace_scrape(self, outcome: ScrapeOutcome, started_ns: int) -> None:
+        """A span for a scrape worth a look (the pod turned not ready, or it was slower than
+        the interval), recorded after the fact: healthy cycles (10 a second) emit none."""
+        if not self.tel.enabled or not started_ns:
+            return
+        rec = outcome.record
+        span = self.tel.tracer.start_span(
+            f"scrape {rec.name}",
+            kind=SpanKind.CLIENT,
+            start_time=started_ns,
+            attributes={
+                "headroom.pool": self.pool,
+                "headroom.pod": rec.name,
+                "url.full": rec.url,
+                "headroom.engine": rec.engine,
+                "headroom.scrape.reason": outcome.reason or "slow",
+            },
+        )
+        if outcome.reason is not None:
+            span.set_status(Status(StatusCode.ERROR, rec.error or outcome.reason))
+            span.set_attribute("error.type", outcome.reason)
+        span.end(end_time=started_ns + int(outcome.duration_s * 1e9))
 
     def _load(self, outcome: ScrapeOutcome) -> PodLoad:
         r = outcome.result
@@ -110,6 +140,7 @@ class Collector:
         return PodLoad(True, r.prefill_backlog, slots, r.kv_usage)
 
     async def _scrape(self, target: PodTarget) -> None:
+        started_ns = time.time_ns()
         try:
             outcome = await self._scraper.scrape(target)
         except Exception as e:  # a bug in the scraper must not kill the loop
@@ -117,7 +148,7 @@ class Collector:
             record = error_record(target, self._scraper.engine, f"internal: {e!r}", self._clock())
             outcome = ScrapeOutcome(record=record, duration_s=0.0, reason="internal")
         if target.name in self._current:  # drop results of pods that left meanwhile
-            self._record_outcome(target.name, outcome)
+            self._record_outcome(target.name, outcome, started_ns)
 
     def _sync_targets(self, targets: list[PodTarget]) -> None:
         names = {t.name for t in targets}
@@ -156,6 +187,8 @@ class Collector:
         except Exception:
             self.metrics.publish_errors.inc()
             log.exception("publishing the pod snapshot failed")
+        for p in pods:
+            self.metrics.staleness.labels(p.name).set(max(0.0, now - p.scraped_at))
         self.metrics.pods_ready.set(sum(1 for p in pods if p.ready))
         self.metrics.pods_total.set(len(pods))
         self._export_signals(targets, now)
@@ -234,8 +267,15 @@ def make_recommender(s: CollectorSettings) -> Recommender:
 class CollectorService:
     """NATS connection + HTTP session + admin server around a :class:`Collector`."""
 
-    def __init__(self, settings: CollectorSettings, discovery: Discovery | None = None) -> None:
+    def __init__(
+        self,
+        settings: CollectorSettings,
+        discovery: Discovery | None = None,
+        *,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.settings = settings
+        self.tel = telemetry or Telemetry.disabled("collector")
         self.names = Names(settings.namespace)
         self.subject = self.names.pod_snapshots(settings.pool)
         self.discovery = discovery or make_discovery(settings)
@@ -293,6 +333,7 @@ class CollectorService:
             metrics=self.metrics,
             recommender=make_recommender(s),
             max_batch_slots=s.max_batch_slots,
+            telemetry=self.tel,
         )
         self._task = asyncio.create_task(self.collector.run(self._stop), name="collector-loop")
         log.info(

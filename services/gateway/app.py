@@ -16,6 +16,7 @@ from starlette.responses import Response
 from services.gateway.gateway import Gateway
 from services.gateway.proxy import handle
 from services.gateway.settings import GatewaySettings
+from shared.telemetry import Telemetry
 
 
 def _json(obj: object, status: int = 200) -> Response:
@@ -27,10 +28,11 @@ def create_app(
     *,
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.time,
+    telemetry: Telemetry | None = None,
 ) -> FastAPI:
     """The gateway app; NATS, the JetStream stream, the snapshot subscription and the pods'
     HTTP session are set up in the lifespan. ``app.state.gateway`` is the :class:`Gateway`."""
-    gw = Gateway(settings, rng=rng, clock=clock)
+    gw = Gateway(settings, rng=rng, clock=clock, telemetry=telemetry)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -42,6 +44,16 @@ def create_app(
 
     app = FastAPI(title="Headroom gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
+    if gw.tel.enabled:  # the request's SERVER span (the parent of the gateway's spans)
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(
+            app,
+            tracer_provider=gw.tel.tracer_provider,
+            meter_provider=gw.tel.meter_provider,
+            excluded_urls="/health,/metrics",
+            exclude_spans=["receive", "send"],
+        )
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

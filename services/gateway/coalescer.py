@@ -11,6 +11,9 @@ sent); a failed batch gives every call in it the batch's reason.
 
 The transport is a ``send(rows, segments, timeout_s) -> BatchResult`` coroutine function
 (the predictor client's NATS request), so the unit tests drive the coalescer without NATS.
+A call may carry an opaque ``trace`` (the caller's span context, when tracing is on); a
+batch whose calls carry any is sent as ``send(rows, segments, timeout_s, traces)``, so the
+request can name every caller it serves.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class _Call:
     rows: np.ndarray
     deadline: float
     future: asyncio.Future
+    trace: object = None
 
 
 @dataclass(slots=True)
@@ -95,10 +99,10 @@ class Coalescer:
     def pending(self) -> int:
         return len(self._pending)
 
-    async def submit(self, rows: np.ndarray, timeout_s: float) -> BatchResult:
+    async def submit(self, rows: np.ndarray, timeout_s: float, trace: object = None) -> BatchResult:
         """Predictions for ``rows`` (n x features) within ``timeout_s``; never raises."""
         loop = asyncio.get_running_loop()
-        call = _Call(rows, loop.time() + timeout_s, loop.create_future())
+        call = _Call(rows, loop.time() + timeout_s, loop.create_future(), trace)
         self.stats.calls += 1
         self._pending.append(call)
         self._pending_rows += len(rows)
@@ -170,8 +174,11 @@ class Coalescer:
         self.stats.batches += 1
         self.stats.batch_rows += len(rows)
         try:
+            traces = [c.trace for c in batch if c.trace is not None]
             if timeout <= 0:
                 result = BatchResult(reason=REASON_TIMEOUT)
+            elif traces:
+                result = await self.send(rows, segments, timeout, traces)  # type: ignore[call-arg]
             else:
                 result = await self.send(rows, segments, timeout)
         except Exception as e:  # the transport should not raise; never lose the callers

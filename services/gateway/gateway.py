@@ -11,13 +11,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from services.gateway import tracing
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
@@ -37,6 +38,7 @@ from shared.bus import connect_nats, ensure_samples_stream
 from shared.drift import DriftTracker
 from shared.schemas import PodSnapshot, SchemaError
 from shared.subjects import Names
+from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class RoutedPod:
     row: list[float]  # the exact feature row built for this pod
     prefix_score: float
     prediction: Prediction | None
+    score: float | None = None  # the profile's combined score (None: filtered out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,7 @@ class RoutingDecision:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     prepared: routing.PreparedRequest | None = None  # the cycle's inputs (shared with the lab)
+    notes: Mapping[str, object] | None = None  # the plugins' notes (decision explanation)
 
 
 class Gateway:
@@ -73,8 +77,10 @@ class Gateway:
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
+        self.tel = telemetry or Telemetry.disabled("gateway")
         self.names = Names(settings.namespace)
         self.rng = rng or random.Random()
         self.clock = clock
@@ -82,7 +88,7 @@ class Gateway:
         self.drift = DriftTracker(("ttft", "tpot"), size=1000)
         # the profiles file and the active profile are checked here: a bad config fails start
         self.scheduling: SchedulingConfig = load_config(settings.profiles_path or None)
-        timer = self.metrics.plugin_timer()
+        timer = tracing.plugin_timer(self.metrics.plugin_timer(), self.tel)
         self.schedulers: dict[str, Scheduler] = {
             name: self.scheduling.scheduler(name, timer) for name in self.scheduling.profiles
         }
@@ -97,6 +103,7 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self.predictor: PredictorClient | None = None
         self.samples: SamplePublisher | None = None
+        self._model_version: str | None = None  # last version the predictors answered with
         self.pod_timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=settings.pod_connect_timeout_s,
@@ -109,9 +116,19 @@ class Gateway:
         self.nc = await connect_nats(s.nats_url, f"gateway-{s.pool}")
         js = self.nc.jetstream()
         await ensure_samples_stream(js, self.names)
-        self.predictor = PredictorClient(self.nc, self.names.predict, s.predict_timeout_ms / 1000)
+        self.predictor = PredictorClient(
+            self.nc,
+            self.names.predict,
+            s.predict_timeout_ms / 1000,
+            registry=self.metrics.registry,
+            telemetry=self.tel,
+        )
         self.samples = SamplePublisher(
-            js, self.names.samples(s.pool), self.metrics, s.sample_publish_timeout_s
+            js,
+            self.names.samples(s.pool),
+            self.metrics,
+            s.sample_publish_timeout_s,
+            telemetry=self.tel,
         )
         await self.nc.subscribe(self.names.pod_snapshots(s.pool), cb=self._on_snapshot_msg)
         self.session = aiohttp.ClientSession(
@@ -167,6 +184,24 @@ class Gateway:
     ) -> RoutingDecision:
         """Rank the candidate pods for ``req`` with the active (or requested) profile.
         Raises GatewayError 404/503 (no pod, or shed by an admitter)."""
+        if not self.tel.enabled:
+            return await self._route(req, objectives)
+        with self.tel.span(
+            "gateway.route",
+            attributes={
+                "gen_ai.request.model": req.model,
+                "gen_ai.request.max_tokens": req.max_tokens or self.settings.default_max_tokens,
+                "headroom.pool": self.settings.pool,
+                "headroom.streaming": req.stream,
+            },
+        ) as span:
+            decision = await self._route(req, objectives)
+            span.set_attributes(tracing.decision_attributes(decision))
+            return decision
+
+    async def _route(
+        self, req: ParsedRequest, objectives: RequestObjectives | None
+    ) -> RoutingDecision:
         obj = objectives or RequestObjectives()
         now = self.clock()
         cands = self.view.candidates(req.model, now)
@@ -200,12 +235,16 @@ class Gateway:
             outcome = await self.predictor.predict(cr.rows, timeout_s=timeout_ms / 1000)
             self.metrics.predict_seconds.observe(time.perf_counter() - t0)
             preds, reason, version = outcome.predictions, outcome.reason, outcome.model_version
+            if version is not None and version != self._model_version:
+                self._model_version = version
+                self.metrics.set_model_version(version)
 
-        t0 = time.perf_counter()
-        decision = routing.decide(
-            prep, preds, now=self.clock(), rng=self.rng, fallback_reason=reason
-        )
-        self.metrics.schedule_seconds.labels(profile).observe(time.perf_counter() - t0)
+        with self.tel.span("gateway.schedule", attributes={"headroom.profile": profile}):
+            t0 = time.perf_counter()
+            decision = routing.decide(
+                prep, preds, now=self.clock(), rng=self.rng, fallback_reason=reason
+            )
+            self.metrics.schedule_seconds.labels(profile).observe(time.perf_counter() - t0)
         self.metrics.routing.labels(decision.path, decision.fallback_reason or "ok").inc()
         if not decision.admitted:
             why = decision.reject_reason or "rejected"
@@ -215,13 +254,17 @@ class Gateway:
                 type="service_unavailable", code=why,
                 headers={"Retry-After": str(self.settings.retry_after_s)},
             )  # fmt: skip
+        scores = decision.scores
         ranked = [
-            RoutedPod(cands[i], cr.rows[i], cr.prefix_scores[i], preds[i] if preds else None)
+            RoutedPod(
+                cands[i], cr.rows[i], cr.prefix_scores[i], preds[i] if preds else None, scores[i]
+            )
             for i in decision.ranked
         ]
         return RoutingDecision(
             ranked, decision.path, decision.fallback_reason, version if preds else None,
             len(tokens), list(prep.hashes), profile, obj.slo_ttft_ms, obj.slo_tpot_ms, prep,
+            decision.notes,
         )  # fmt: skip
 
     def _no_candidate_error(self, model: str, now: float) -> GatewayError:

@@ -11,16 +11,21 @@ from services.gateway.scheduling.params import ConfigError
 from services.gateway.server import GatewayStartupInterrupted, start_gateway
 from services.gateway.settings import GatewaySettings
 from shared.logs import setup_logging
+from shared.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
 
 
-async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+async def run(
+    settings: GatewaySettings,
+    stop: asyncio.Event | None = None,
+    telemetry: Telemetry | None = None,
+) -> None:
     """Serve until ``stop`` is set or SIGTERM/SIGINT arrives."""
     stop = stop or asyncio.Event()
     # waits for NATS as long as it takes; SIGTERM/SIGINT during startup aborts it
     try:
-        running = await start_gateway(settings, startup_timeout_s=None)
+        running = await start_gateway(settings, startup_timeout_s=None, telemetry=telemetry)
     except GatewayStartupInterrupted:
         log.info("gateway stopped before it finished starting")
         return
@@ -51,7 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = GatewaySettings(**overrides)
     setup_logging("gateway", settings.log_level)
-    asyncio.run(run(settings))
+    tel = setup_telemetry("gateway", pool=settings.pool, namespace=settings.namespace)
+    try:
+        asyncio.run(run(settings, telemetry=tel))
+    finally:
+        tel.shutdown()
 
 
 if __name__ == "__main__":

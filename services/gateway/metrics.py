@@ -112,6 +112,15 @@ class GatewayMetrics:
             ["kind", "plugin_type", "plugin_name"], buckets=_PLUGIN_BUCKETS, registry=r,
         )  # fmt: skip
         self._plugin_children: dict[Plugin, object] = {}
+        self.model_version_info = Gauge(
+            "headroom_gateway_model_version_info",
+            "1 for the model version the predictors last answered with",
+            ["version"], registry=r,
+        )  # fmt: skip
+
+    def set_model_version(self, version: str) -> None:
+        self.model_version_info.clear()
+        self.model_version_info.labels(version=version).set(1)
 
     def _observe_plugin(self, plugin: Plugin, seconds: float) -> None:
         child = self._plugin_children.get(plugin)

@@ -21,11 +21,12 @@ from typing import Literal
 import nats.errors
 import numpy as np
 from nats.aio.client import Client as NATS
+from opentelemetry.trace import SpanContext, SpanKind
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from services.gateway.coalescer import BatchResult, Coalescer, CoalescerConfig
 from services.gateway.scheduling.prediction import Prediction
-from shared import wire
+from shared import trace_context, wire
 from shared.features import FEATURES
 from shared.schemas import (
     PREDICT_NOT_READY,
@@ -34,6 +35,7 @@ from shared.schemas import (
     PredictRequest,
     SchemaError,
 )
+from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,9 @@ class PredictorClient:
         coalescer: CoalescerConfig | None = None,
         wire_format: Literal["binary", "json"] = "binary",
         registry: CollectorRegistry | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self.tel = telemetry or Telemetry.disabled("gateway")
         self.nc = nc
         self.subject = subject
         self.timeout_s = timeout_s
@@ -118,7 +122,10 @@ class PredictorClient:
         if arr.ndim != 2 or arr.shape[1] != len(FEATURES):
             log.warning("predict called with rows of shape %s", arr.shape)
             return PredictOutcome(None, reason=REASON_ERROR)
-        r = await self.coalescer.submit(arr, timeout)
+        if self.tel.enabled:
+            r = await self._traced_submit(arr, timeout)
+        else:
+            r = await self.coalescer.submit(arr, timeout)
         if r.ttft_ms is None or r.tpot_ms is None:
             return PredictOutcome(None, reason=r.reason or REASON_ERROR, replica=r.replica)
         preds = [
@@ -126,7 +133,33 @@ class PredictorClient:
         ]
         return PredictOutcome(preds, model_version=r.model_version, replica=r.replica)
 
-    async def _send(self, rows: np.ndarray, segments: list[int], timeout_s: float) -> BatchResult:
+    async def _traced_submit(self, arr: np.ndarray, timeout_s: float) -> BatchResult:
+        """The call as a CLIENT span; its context travels in the NATS request's headers
+        (with the other callers' when the coalescer batches it with theirs)."""
+        attrs = trace_context.messaging_attributes(self.subject, "send", operation_name="request")
+        attrs["headroom.predict.rows"] = len(arr)
+        with self.tel.span(f"send {self.subject}", kind=SpanKind.CLIENT, attributes=attrs) as span:
+            r = await self.coalescer.submit(arr, timeout_s, span.get_span_context())
+            if r.reason is not None:
+                span.set_attribute("headroom.routing.fallback_reason", r.reason)
+            if r.model_version is not None:
+                span.set_attribute("headroom.model.version", r.model_version)
+            if r.replica is not None:
+                span.set_attribute("headroom.predictor.replica", r.replica)
+            return r
+
+    async def _send(
+        self,
+        rows: np.ndarray,
+        segments: list[int],
+        timeout_s: float,
+        traces: list[SpanContext] | None = None,
+    ) -> BatchResult:
+        headers = None
+        if traces:
+            headers = {trace_context.TRACEPARENT: trace_context.traceparent(traces[0])}
+            if len(traces) > 1:
+                headers[trace_context.LINKS_HEADER] = trace_context.encode_links(traces)
         if self.wire_format == "json":
             payload = PredictRequest(rows=rows.astype(np.float64).tolist()).encode()
         else:
@@ -134,7 +167,7 @@ class PredictorClient:
         if self._metrics is not None:
             self._metrics.batch_calls.observe(len(segments))
         try:
-            msg = await self.nc.request(self.subject, payload, timeout=timeout_s)
+            msg = await self.nc.request(self.subject, payload, timeout=timeout_s, headers=headers)
         except nats.errors.NoRespondersError:
             return self._count(BatchResult(reason=REASON_NO_RESPONDERS))
         except nats.errors.TimeoutError:

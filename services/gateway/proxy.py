@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from opentelemetry.trace import Span
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from services.gateway import explain, tracing
 from services.gateway.errors import GatewayError, error_response, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
 from services.gateway.openai_request import Kind, ParsedRequest, parse_request
@@ -50,22 +52,36 @@ async def handle(gw: Gateway, request: Request, kind: Kind) -> Response:
     except GatewayError as e:
         gw.metrics.requests.labels(endpoint, str(e.status)).inc()
         return error_response(e, {"x-request-id": request_id})
-    return await _dispatch(gw, parsed, decision, request_id, endpoint)
+    debug = explain.wants_debug(request.headers)
+    return await _dispatch(gw, parsed, decision, request_id, endpoint, debug)
 
 
-def _routing_headers(request_id: str, pod: str, decision: RoutingDecision) -> dict[str, str]:
-    h = {"x-request-id": request_id, "x-headroom-pod": pod, "x-headroom-routing": decision.path}
-    if decision.profile:
-        h["x-headroom-profile"] = decision.profile
-    if decision.reason:
-        h["x-headroom-fallback-reason"] = decision.reason
-    if decision.model_version:
-        h["x-headroom-model-version"] = decision.model_version
+def _routing_headers(
+    request_id: str, routed: RoutedPod, decision: RoutingDecision, debug: bool, traced: bool
+) -> dict[str, str]:
+    """The decision explanation (services/gateway/explain.py)."""
+    h = explain.decision_headers(
+        request_id,
+        routed.candidate.name,
+        path=decision.path,
+        profile=decision.profile,
+        reason=decision.reason,
+        model_version=decision.model_version,
+        prediction=routed.prediction,
+        trace_id=tracing.trace_id_hex() if traced else None,
+    )
+    if debug:
+        h.update(explain.debug_headers(decision.ranked, decision.notes))
     return h
 
 
 async def _dispatch(
-    gw: Gateway, parsed: ParsedRequest, decision: RoutingDecision, request_id: str, endpoint: str
+    gw: Gateway,
+    parsed: ParsedRequest,
+    decision: RoutingDecision,
+    request_id: str,
+    endpoint: str,
+    debug: bool = False,
 ) -> Response:
     s = gw.settings
     attempts = decision.ranked[: 2 if s.retry_before_first_byte else 1]
@@ -78,18 +94,29 @@ async def _dispatch(
     max_tokens = parsed.max_tokens or s.default_max_tokens
     assert gw.session is not None, "gateway not started"
     failure: PodFailure | None = None
+    traced = gw.tel.enabled
     for n, routed in enumerate(attempts):
         pod = routed.candidate
         uncached = (1.0 - routed.prefix_score) * decision.input_tokens
         gw.view.on_dispatch(
             request_id, pod.name, uncached, max_tokens, gw.clock(), decision.slo_tpot_ms
         )
+        url = pod.url.rstrip("/") + endpoint
+        span = None
+        attempt_headers = headers
+        if traced:  # the attempt's CLIENT span; its context goes to the pod
+            attempt_headers = dict(headers)
+            span = tracing.start_pod_call(
+                gw.tel, url=url, pod=pod.name, model=parsed.model, request_id=request_id,
+                attempt=n, headers=attempt_headers,
+            )  # fmt: skip
         t0 = time.perf_counter()
         try:
             stream, first = await open_stream(
-                gw.session, pod.url.rstrip("/") + endpoint, body, headers, gw.pod_timeout
+                gw.session, url, body, attempt_headers, gw.pod_timeout
             )
         except PodFailure as e:
+            tracing.end_pod_call(span, error=e.reason)
             gw.view.on_finish(request_id)
             log.warning("pod %s failed before the first byte: %s", pod.name, e,
                         extra={"request_id": request_id, "pod": pod.name})  # fmt: skip
@@ -98,18 +125,21 @@ async def _dispatch(
             failure = e
             continue
         except PodRejected as e:
+            tracing.end_pod_call(span, status=e.status)
             gw.view.on_finish(request_id)
             gw.metrics.failed.labels("pod_rejected").inc()
             gw.metrics.requests.labels(endpoint, str(e.status)).inc()
             return Response(e.body, status_code=e.status, media_type=e.content_type,
-                            headers=_routing_headers(request_id, pod.name, decision))  # fmt: skip
+                            headers=_routing_headers(request_id, routed, decision, debug,
+                                                     traced))  # fmt: skip
         except BaseException:
+            tracing.end_pod_call(span, error="cancelled")
             gw.view.on_finish(request_id)
             raise
         gw.index.insert(pod.name, decision.hashes)
-        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0)
+        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span)
         first_out = ex.on_event(*first, time.perf_counter())
-        headers_out = _routing_headers(request_id, pod.name, decision)
+        headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         if parsed.stream:
             return _ProxyStream(ex.stream_body(first_out), ex.abandon, headers=headers_out)
         return await ex.aggregate(headers_out)
@@ -153,9 +183,11 @@ class _Exchange:
         endpoint: str,
         stream: UpstreamStream,
         t0: float,
+        span: Span | None = None,
     ) -> None:
         self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
         self.request_id, self.endpoint, self.stream, self.t0 = request_id, endpoint, stream, t0
+        self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
         gw.metrics.in_flight.inc()
@@ -217,6 +249,7 @@ class _Exchange:
     def fail(self, reason: str, err: Exception, status: str = "200") -> None:
         if not self._settle():
             return
+        tracing.end_pod_call(self.span, status=200, error=f"mid_stream_{reason}")
         log.warning("pod %s failed mid-stream (%s): %s", self.routed.candidate.name, reason, err,
                     extra={"request_id": self.request_id})  # fmt: skip
         self.gw.metrics.failed.labels(f"mid_stream_{reason}").inc()
@@ -226,6 +259,7 @@ class _Exchange:
         """The client went away (or the response was torn down) before the end."""
         if not self._settle():
             return
+        tracing.end_pod_call(self.span, status=200, error="client_disconnect")
         self.gw.metrics.failed.labels("client_disconnect").inc()
         self.gw.metrics.requests.labels(self.endpoint, "499").inc()
 
@@ -271,6 +305,18 @@ class _Exchange:
             predicted_ttft_ms=pred.ttft_ms if pred else None,
             predicted_tpot_ms=pred.tpot_ms if pred else None,
         )
+        if self.span is not None:
+            tracing.end_pod_call(
+                self.span,
+                status=200,
+                attributes={
+                    "gen_ai.usage.input_tokens": decision.input_tokens,
+                    "gen_ai.usage.output_tokens": sample.output_tokens,
+                    "headroom.ttft_ms": ttft_ms,
+                    "headroom.tpot_ms": tpot_ms,
+                    "headroom.e2e_ms": e2e_ms,
+                },
+            )
         for target in gw.drift.observe_sample(sample):
             gw.metrics.prediction_mape.labels(target=target).set(gw.drift.mape(target))
         if gw.samples is not None:

@@ -10,17 +10,27 @@ import asyncio
 import logging
 
 from nats.js import JetStreamContext
+from opentelemetry.trace import SpanKind
 
 from services.gateway.metrics import GatewayMetrics
+from shared import trace_context
 from shared.schemas import TrainingSample
+from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
 
 class SamplePublisher:
     def __init__(
-        self, js: JetStreamContext, subject: str, metrics: GatewayMetrics, timeout_s: float = 5.0
+        self,
+        js: JetStreamContext,
+        subject: str,
+        metrics: GatewayMetrics,
+        timeout_s: float = 5.0,
+        *,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self.tel = telemetry or Telemetry.disabled("gateway")
         self.js = js
         self.subject = subject
         self.metrics = metrics
@@ -35,12 +45,22 @@ class SamplePublisher:
     async def _publish(self, sample: TrainingSample) -> None:
         try:
             sample.validate()
-            await self.js.publish(
-                self.subject,
-                sample.encode(),
-                timeout=self.timeout_s,
-                headers={"Nats-Msg-Id": sample.request_id},
-            )
+            data = sample.encode()
+            headers = {"Nats-Msg-Id": sample.request_id}
+            if not self.tel.enabled:
+                await self.js.publish(self.subject, data, timeout=self.timeout_s, headers=headers)
+            else:  # the request's context rides with the sample (the trainer links it)
+                attrs = trace_context.messaging_attributes(
+                    self.subject, "send", operation_name="publish", body_size=len(data)
+                )
+                attrs["messaging.message.id"] = sample.request_id
+                with self.tel.span(
+                    f"publish {self.subject}", kind=SpanKind.PRODUCER, attributes=attrs
+                ):
+                    trace_context.inject(headers)
+                    await self.js.publish(
+                        self.subject, data, timeout=self.timeout_s, headers=headers
+                    )
         except Exception as e:
             self.metrics.samples_failed.inc()
             log.warning("sample publish failed: %s", e, extra={"request_id": sample.request_id})

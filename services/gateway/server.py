@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from services.gateway.app import create_app
 from services.gateway.gateway import Gateway
 from services.gateway.settings import GatewaySettings
+from shared.telemetry import Telemetry
 
 
 class GatewayStartupInterrupted(RuntimeError):
@@ -62,13 +63,14 @@ async def start_gateway(
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.time,
     startup_timeout_s: float | None = 15.0,
+    telemetry: Telemetry | None = None,
 ) -> RunningGateway:
     """Start the gateway on ``settings.host`` and ``port`` (default ``settings.port``; 0 = a
     free port) and wait until its lifespan has started (NATS connected, stream ensured).
 
     Raises RuntimeError if startup fails, takes longer than ``startup_timeout_s`` (None: wait
     for NATS as long as it takes) or is interrupted by SIGTERM/SIGINT."""
-    app = create_app(settings, rng=rng, clock=clock)
+    app = create_app(settings, rng=rng, clock=clock, telemetry=telemetry)
     sock = _bind(settings.host, settings.port if port is None else port)
     config = uvicorn.Config(
         app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,11 +29,13 @@ from nats.aio.msg import Msg
 from services.predictor.core import Job, ModelSlot, PredictHandler, check_servable
 from services.predictor.metrics import PredictorMetrics
 from services.predictor.settings import PredictorSettings
+from services.predictor.tracing import PredictTracing
 from shared.admin import start_admin_server
 from shared.bus import connect_nats, connect_redis
 from shared.model_store import current_version, load_version
 from shared.schemas import ModelAnnouncement, SchemaError
 from shared.subjects import Names
+from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +44,16 @@ _MAX_REFUSED = 64
 
 class PredictorService:
     def __init__(
-        self, settings: PredictorSettings, *, metrics: PredictorMetrics | None = None
+        self,
+        settings: PredictorSettings,
+        *,
+        metrics: PredictorMetrics | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
+        tel = telemetry or Telemetry.disabled("predictor")
+        self._tracing = PredictTracing(tel, settings.replica_id) if tel.enabled else None
+        self._spans: dict[int, object] = {}  # id(job) -> its SERVER span (tracing on)
         self.names = Names(settings.namespace)
         self.metrics = metrics or PredictorMetrics()
         self.slot = ModelSlot()
@@ -140,7 +150,14 @@ class PredictorService:
     # --- NATS callbacks -----------------------------------------------------------------
     async def _on_predict(self, msg: Msg) -> None:
         job = self.handler.decode(msg.data, token=msg)
-        if job.error is not None:
+        if self._tracing is not None:
+            span = self._tracing.start(msg, job.n_rows)
+            if job.error is not None:
+                await self._respond(msg, job.error)
+                self._tracing.end(span, "bad_request")
+                return
+            self._spans[id(job)] = span
+        elif job.error is not None:
             await self._respond(msg, job.error)
             return
         self._pending.append(job)
@@ -178,19 +195,37 @@ class PredictorService:
                 try:
                     jobs = self._take()
                     model = self.slot.model  # read once: the whole batch uses this version
+                    started_ns = time.time_ns() if self._tracing is not None else 0
                     if sum(j.n_rows for j in jobs) > self.handler.inline_max_rows:
                         replies = await loop.run_in_executor(
                             self._executor, self.handler.run_batch, jobs, model
                         )
                     else:
                         replies = self.handler.run_batch(jobs, model)
+                    if self._tracing is not None:
+                        self._trace_batch(jobs, model, started_ns)
                     for job, data in zip(jobs, replies, strict=True):
                         await self._respond(job.token, data)  # type: ignore[arg-type]
+                        if self._tracing is not None:
+                            span = self._spans.pop(id(job), None)
+                            if span is not None:
+                                self._tracing.end(span)
                 except Exception:  # defensive: the loop must survive anything
                     log.exception("predict batch failed")
                 finally:
                     self._busy = False
             self._idle.set()
+
+    def _trace_batch(self, jobs: list[Job], model, started_ns: int) -> None:
+        assert self._tracing is not None
+        spans = [sp for j in jobs if (sp := self._spans.get(id(j))) is not None]
+        self._tracing.batch(
+            spans,  # type: ignore[arg-type]
+            model_version=model.version if model is not None else None,
+            rows=sum(j.n_rows for j in jobs),
+            start_ns=started_ns,
+            end_ns=time.time_ns(),
+        )
 
     async def _on_announce(self, msg: Msg) -> None:
         """An announcement means "the current pointer moved": read it from Redis (the one

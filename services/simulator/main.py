@@ -9,6 +9,7 @@ import logging
 from services.simulator.server import SimPod, start_pod
 from services.simulator.settings import SimulatorSettings
 from shared.runner import run_service
+from shared.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,22 @@ def _parse_args(argv: list[str] | None) -> dict[str, object]:
 class SimulatorProcess:
     """One simulated pod per configured port, in this process."""
 
-    def __init__(self, settings: SimulatorSettings) -> None:
+    def __init__(self, settings: SimulatorSettings, telemetry: Telemetry | None = None) -> None:
         self.settings = settings
+        self.tel = telemetry
         self.pods: list[SimPod] = []
 
     async def start(self) -> None:
         s = self.settings
         for i, (name, port) in enumerate(zip(s.name_list(), s.port_list(), strict=True)):
             pod = await start_pod(
-                name, s.host, port, profile=s.profile, model=s.model, seed=s.seed + i
+                name,
+                s.host,
+                port,
+                profile=s.profile,
+                model=s.model,
+                seed=s.seed + i,
+                telemetry=self.tel,
             )
             self.pods.append(pod)
             log.info("pod %s serving %s at %s", name, s.model, pod.url)
@@ -51,7 +59,14 @@ class SimulatorProcess:
 
 def main(argv: list[str] | None = None) -> None:
     settings = SimulatorSettings(**_parse_args(argv))
-    run_service("simulator", settings.log_level, lambda: SimulatorProcess(settings))
+    run_service(
+        "simulator",
+        settings.log_level,
+        lambda tel: SimulatorProcess(settings, tel),
+        telemetry=lambda: setup_telemetry(
+            "simulator", pool=settings.pool, namespace=settings.namespace
+        ),
+    )
 
 
 if __name__ == "__main__":

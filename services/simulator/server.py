@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import orjson
 from aiohttp import web
+from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from services.simulator import openai_api as oa
@@ -26,6 +27,8 @@ from services.simulator.faults import Fault, FaultState
 from services.simulator.metrics import PodMetrics
 from services.simulator.profiles import get_profile
 from services.simulator.settings import DEFAULT_MODEL
+from shared import trace_context
+from shared.telemetry import Telemetry
 from shared.tokenizer import synth_text, tokenize
 
 log = logging.getLogger(__name__)
@@ -37,8 +40,11 @@ _ENGINE_FAILED = None  # queue sentinel: the driver died
 class SimPod:
     """One simulated model-server pod. Build with :func:`start_pod`."""
 
-    def __init__(self, name: str, profile: str, model: str, seed: int) -> None:
+    def __init__(
+        self, name: str, profile: str, model: str, seed: int, telemetry: Telemetry | None = None
+    ) -> None:
         self.name = name
+        self.tel = telemetry or Telemetry.disabled("simulator")
         self.model = model
         self.seed = seed
         self.engine = Engine(get_profile(profile), seed)
@@ -158,10 +164,33 @@ class SimPod:
     # ---- generation ---------------------------------------------------------------------
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        if self.tel.enabled:
+            return await self._traced(request, chat=False)
         return await self._generate(request, chat=False)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if self.tel.enabled:
+            return await self._traced(request, chat=True)
         return await self._generate(request, chat=True)
+
+    async def _traced(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        """The request as a SERVER span, child of the caller's ``traceparent`` (the gateway's
+        pod call), covering the whole generation (streamed or not)."""
+        with self.tel.span(
+            f"POST {request.path}",
+            kind=SpanKind.SERVER,
+            context=trace_context.extract(request.headers),
+            attributes={
+                "http.request.method": "POST",
+                "url.path": request.path,
+                "headroom.pod": self.name,
+                "gen_ai.system": "vllm",
+                "gen_ai.request.model": self.model,
+            },
+        ) as span:
+            resp = await self._generate(request, chat)
+            span.set_attribute("http.response.status_code", resp.status)
+            return resp
 
     def _validate(self, req: oa.GenRequest) -> list[int]:
         if req.model is not None and req.model != self.model:
@@ -328,9 +357,10 @@ async def start_pod(
     profile: str = "h100-llama3-8b",
     model: str = DEFAULT_MODEL,
     seed: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> SimPod:
     """Start one simulated pod listening on ``host:port`` (0 = a free port); ``pod.url``
     has the bound port. Call ``await pod.stop()`` to shut it down."""
-    pod = SimPod(name, profile, model, seed)
+    pod = SimPod(name, profile, model, seed, telemetry)
     await pod.start(host, port)
     return pod

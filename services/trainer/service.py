@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from opentelemetry.trace import Link, SpanContext, SpanKind
 
 from services.trainer.cycle import PROMOTE, REJECT, CycleResult, build_meta, run_cycle
 from services.trainer.fitting import FitConfig, TrainingData, missing_targets
@@ -31,6 +33,7 @@ from services.trainer.settings import TrainerSettings
 from services.trainer.strata import Strata
 from services.trainer.validation import check, decode_sample
 from services.trainer.window import ADDED, DUPLICATE, EXPIRED, FLUSHED, SampleWindow, WindowEntry
+from shared import trace_context
 from shared.admin import add_admin_routes
 from shared.bus import connect_nats, connect_redis, ensure_samples_stream
 from shared.drift import DriftTracker
@@ -45,6 +48,7 @@ from shared.model_store import (
 )
 from shared.schemas import ModelAnnouncement, SchemaError
 from shared.subjects import Names
+from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,25 @@ def cycle_on_entries(
     return run_cycle(TrainingData.from_entries(entries), current, config, seed=seed)
 
 
+def _fit_attributes(
+    result: CycleResult, current: LatencyModel | None, version: str | None
+) -> dict[str, str | int | float]:
+    attrs: dict[str, str | int | float] = {
+        "headroom.trainer.decision": result.decision,
+        "headroom.trainer.reason": result.reason,
+        "headroom.trainer.samples": result.samples,
+        "headroom.trainer.holdout": result.holdout,
+    }
+    if current is not None:
+        attrs["headroom.model.current_version"] = current.version
+    if version is not None:
+        attrs["headroom.model.version"] = version
+    for key, mt in result.metrics.items():
+        if mt.get("mape") is not None:
+            attrs[f"headroom.trainer.mape.{key}"] = float(mt["mape"])
+    return attrs
+
+
 class TrainerService:
     def __init__(
         self,
@@ -65,8 +88,12 @@ class TrainerService:
         *,
         metrics: TrainerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        telemetry: Telemetry | None = None,
     ) -> None:
         s = settings
+        self.tel = telemetry or Telemetry.disabled("trainer")
+        # trace contexts of the samples added since the last cycle: the fit span links them
+        self._sample_contexts: deque[SpanContext] = deque(maxlen=trace_context.MAX_LINKS)
         self.settings = s
         self.names = Names(s.namespace)
         self.metrics = metrics or TrainerMetrics()
@@ -243,6 +270,22 @@ class TrainerService:
             self._sync_window_metrics()
 
     async def handle_message(self, msg: Msg) -> None:
+        if not self.tel.enabled:
+            await self._handle(msg)
+            return
+        parent = trace_context.extract(msg.headers)
+        attrs = trace_context.messaging_attributes(
+            msg.subject, "process", operation_name="process", body_size=len(msg.data)
+        )
+        with self.tel.span(
+            f"process {msg.subject}", kind=SpanKind.CONSUMER, context=parent, attributes=attrs
+        ) as span:
+            reason = await self._handle(msg)
+            span.set_attribute("headroom.sample.outcome", reason)
+            if reason == ADDED and parent is not None:
+                self._sample_contexts.append(trace_context.span_context(msg.headers))
+
+    async def _handle(self, msg: Msg) -> str:
         reason = self.admit(msg.data)
         try:
             if reason == ADDED or reason in _ACKED_REJECTIONS:
@@ -252,6 +295,7 @@ class TrainerService:
                 await msg.term()  # invalid: never redelivered, never trained on
         except Exception as e:  # redelivery is harmless: the window de-duplicates
             log.warning("ack failed (%s): %s", reason, e)
+        return reason
 
     def _sync_window_metrics(self) -> None:
         m = self.metrics
@@ -356,18 +400,28 @@ class TrainerService:
                     self.metrics.fits.labels(result="skipped").inc()
                     log.info("cycle skipped: too few samples for %s (%s)", lacking, counts)
                 return None
-            current = await self.current_model()
-            entries = self.window.snapshot()  # taken on the loop, arrays built off it
-            coverage = self.window.coverage()
-            added_at = self.window.added_total
-            started = time.perf_counter()
-            result = await asyncio.to_thread(
-                cycle_on_entries, entries, current, self.config, s.seed
-            )
-            self.metrics.fit_seconds.observe(time.perf_counter() - started)
-            self._fitted_at_added = added_at
-            self.last_result = result
-            return await self._conclude(result, coverage)
+            links = [Link(sc) for sc in self._sample_contexts]
+            self._sample_contexts.clear()
+            with self.tel.span(
+                "trainer.fit",
+                links=links,
+                attributes={"headroom.trainer.window": len(self.window), "headroom.pool": s.pool},
+            ) as span:
+                current = await self.current_model()
+                entries = self.window.snapshot()  # taken on the loop, arrays built off it
+                coverage = self.window.coverage()
+                added_at = self.window.added_total
+                started = time.perf_counter()
+                result = await asyncio.to_thread(
+                    cycle_on_entries, entries, current, self.config, s.seed
+                )
+                self.metrics.fit_seconds.observe(time.perf_counter() - started)
+                self._fitted_at_added = added_at
+                self.last_result = result
+                version = await self._conclude(result, coverage)
+                if span is not None:
+                    span.set_attributes(_fit_attributes(result, current, version))
+                return version
 
     async def _conclude(self, result: CycleResult, coverage: dict) -> str | None:
         m = self.metrics
