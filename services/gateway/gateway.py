@@ -48,6 +48,7 @@ _INLINE_TOKENIZE_CHARS = 20_000
 
 @dataclass(frozen=True, slots=True)
 class RoutedPod:
+    index: int  # position among the cycle's candidates (routing.on_dispatch / on_accepted)
     candidate: Candidate
     row: list[float]  # the exact feature row built for this pod
     prefix_score: float
@@ -62,11 +63,10 @@ class RoutingDecision:
     reason: str | None  # fallback reason
     model_version: str | None
     input_tokens: int
-    hashes: list[int]
+    prepared: routing.PreparedRequest  # the cycle's inputs (prefix hashes, rows, request)
     profile: str = ""
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
-    prepared: routing.PreparedRequest | None = None  # the cycle's inputs (shared with the lab)
     notes: Mapping[str, object] | None = None  # the plugins' notes (decision explanation)
 
 
@@ -257,14 +257,18 @@ class Gateway:
         scores = decision.scores
         ranked = [
             RoutedPod(
-                cands[i], cr.rows[i], cr.prefix_scores[i], preds[i] if preds else None, scores[i]
+                i,
+                cands[i],
+                cr.rows[i],
+                cr.prefix_scores[i],
+                preds[i] if preds else None,
+                scores[i],
             )
             for i in decision.ranked
         ]
         return RoutingDecision(
             ranked, decision.path, decision.fallback_reason, version if preds else None,
-            len(tokens), list(prep.hashes), profile, obj.slo_ttft_ms, obj.slo_tpot_ms, prep,
-            decision.notes,
+            len(tokens), prep, profile, obj.slo_ttft_ms, obj.slo_tpot_ms, decision.notes,
         )  # fmt: skip
 
     def _no_candidate_error(self, model: str, now: float) -> GatewayError:

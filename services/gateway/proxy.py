@@ -25,6 +25,7 @@ from services.gateway.errors import GatewayError, error_response, sse_error_even
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
 from services.gateway.openai_request import Kind, ParsedRequest, parse_request
 from services.gateway.request_headers import parse_objective_headers
+from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
 from services.gateway.upstream import (
     PodFailure,
@@ -91,16 +92,12 @@ async def _dispatch(
         "accept": "text/event-stream",
         "x-request-id": request_id,
     }
-    max_tokens = parsed.max_tokens or s.default_max_tokens
     assert gw.session is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
     for n, routed in enumerate(attempts):
         pod = routed.candidate
-        uncached = (1.0 - routed.prefix_score) * decision.input_tokens
-        gw.view.on_dispatch(
-            request_id, pod.name, uncached, max_tokens, gw.clock(), decision.slo_tpot_ms
-        )
+        routing.on_dispatch(gw.view, request_id, decision.prepared, routed.index, gw.clock())
         url = pod.url.rstrip("/") + endpoint
         span = None
         attempt_headers = headers
@@ -136,7 +133,7 @@ async def _dispatch(
             tracing.end_pod_call(span, error="cancelled")
             gw.view.on_finish(request_id)
             raise
-        gw.index.insert(pod.name, decision.hashes)
+        routing.on_accepted(gw.index, decision.prepared, routed.index)
         ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span)
         first_out = ex.on_event(*first, time.perf_counter())
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
