@@ -3,7 +3,7 @@ predictor's inference, in process and in virtual time.
 
 Samples go through the trainer's own code path (``TrainingSample.validate``, the plausibility
 ``check``, ``SampleWindow.offer``); every ``interval_s`` of virtual time a refit check runs
-the way ``TrainerService.fit_now`` does (skip under ``min_new_samples`` new samples or
+the way ``TrainerService.fit_now`` does (``refit_gate``: skip under ``min_new_samples`` new samples or
 ``min_samples`` labelled ones, then ``run_cycle`` against the current model, promote only
 when not worse, ``build_meta`` + ``LatencyModel.from_blobs`` for the new current model). A
 promoted version reaches the predictor ``publish_delay_s`` later (fit time, Redis,
@@ -21,7 +21,7 @@ import numpy as np
 
 from services.predictor.core import check_servable, predict_rows
 from services.trainer.cycle import PROMOTE, REJECT, build_meta, run_cycle
-from services.trainer.fitting import TrainingData, missing_targets
+from services.trainer.fitting import TrainingData, refit_gate
 from services.trainer.settings import TrainerSettings
 from services.trainer.strata import Strata
 from services.trainer.validation import check
@@ -96,9 +96,12 @@ class OnlineLearner:
         """One refit check at virtual time ``now``; returns a promoted version or None."""
         s = self.settings
         self.window.expire(now)
-        if self.window.added_total - self._fitted_at_added < s.min_new_samples:
-            return None
-        if missing_targets(self.window.counts(), s.min_samples, self.config.targets):
+        due, _ = refit_gate(
+            self.window.added_total - self._fitted_at_added, self.window.counts(),
+            min_new_samples=s.min_new_samples, min_samples=s.min_samples,
+            targets=self.config.targets,
+        )  # fmt: skip
+        if not due:
             return None
         added_at = self.window.added_total
         coverage = self.window.coverage()

@@ -143,6 +143,25 @@ def missing_targets(
     return [t for t in targets if counts.get(t, 0) < min_samples]
 
 
+def refit_gate(
+    new_samples: int,
+    counts: dict[str, int],
+    *,
+    min_new_samples: int,
+    min_samples: int,
+    targets: tuple[str, ...] = ("ttft", "tpot"),
+    force: bool = False,
+) -> tuple[bool, list[str]]:
+    """The trainer's cadence check, shared by the trainer service and the routing lab: a
+    cycle is due when ``new_samples`` since the last cycle reach ``min_new_samples`` (unless
+    ``force``) and every target has ``min_samples`` labelled rows. Returns ``(due, lacking
+    targets)``; ``lacking`` is empty when the new-sample check alone says no."""
+    if not force and new_samples < min_new_samples:
+        return False, []
+    lacking = missing_targets(counts, min_samples, targets)
+    return not lacking, lacking
+
+
 def fit_models(
     data: TrainingData, train: np.ndarray, config: FitConfig, *, seed: int = 0
 ) -> dict[str, FittedModel]:

@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry.trace import Link, SpanContext, SpanKind
 
 from services.trainer.cycle import PROMOTE, REJECT, CycleResult, build_meta, run_cycle
-from services.trainer.fitting import FitConfig, TrainingData, missing_targets
+from services.trainer.fitting import FitConfig, TrainingData, refit_gate
 from services.trainer.metrics import TrainerMetrics
 from services.trainer.replay import delivered_upto, replay_history
 from services.trainer.settings import TrainerSettings
@@ -391,12 +391,13 @@ class TrainerService:
             s = self.settings
             self.window.expire(self.clock())
             self._sync_window_metrics()
-            if not force and self.new_samples() < s.min_new_samples:
-                return None
             counts = self.window.counts()
-            lacking = missing_targets(counts, s.min_samples, self.config.targets)
-            if lacking:
-                if counts.get("ttft", 0) >= s.min_samples:
+            due, lacking = refit_gate(
+                self.new_samples(), counts, min_new_samples=s.min_new_samples,
+                min_samples=s.min_samples, targets=self.config.targets, force=force,
+            )  # fmt: skip
+            if not due:
+                if lacking and counts.get("ttft", 0) >= s.min_samples:
                     self.metrics.fits.labels(result="skipped").inc()
                     log.info("cycle skipped: too few samples for %s (%s)", lacking, counts)
                 return None

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from services.trainer.cycle import build_meta, run_cycle
-from services.trainer.fitting import FitConfig, TrainingData, fit_models, missing_targets
+from services.trainer.fitting import (
+    FitConfig,
+    TrainingData,
+    fit_models,
+    missing_targets,
+    refit_gate,
+)
 from shared.features import TPOT_COLUMNS, TTFT_COLUMNS
 from shared.latency_model import LatencyModel, ModelSpec, evaluate, sha256, spec_from_info
 from shared.schemas import ModelMeta
@@ -169,3 +175,18 @@ def test_config_validation():
         "ttft_p95",
         "tpot_p95",
     ]
+
+
+@pytest.mark.parametrize(
+    ("new", "counts", "force", "expected"),
+    [
+        (5, {"ttft": 500, "tpot": 500}, False, (False, [])),  # too few new samples
+        (5, {"ttft": 500, "tpot": 500}, True, (True, [])),  # force ignores the new-sample gate
+        (50, {"ttft": 500, "tpot": 10}, False, (False, ["tpot"])),  # a target lacks rows
+        (50, {"ttft": 10, "tpot": 10}, True, (False, ["ttft", "tpot"])),  # force never skips min
+        (50, {"ttft": 100, "tpot": 100}, False, (True, [])),
+    ],
+)
+def test_refit_gate(new, counts, force, expected):
+    got = refit_gate(new, counts, min_new_samples=50, min_samples=100, force=force)
+    assert got == expected
