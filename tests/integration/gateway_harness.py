@@ -23,6 +23,7 @@ from shared import wire
 from shared.bus import connect_nats
 from shared.schemas import PodRecord, PodSnapshot, TrainingSample
 from shared.subjects import Names
+from tests.integration.nats_routing import PROBE, until_routed
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 POOL = "p1"
@@ -197,6 +198,9 @@ async def predictor(stack: Stack, respond: Responder) -> AsyncIterator[list[list
     seen: list[list[list[float]]] = []
 
     async def cb(msg) -> None:
+        if msg.data == PROBE:
+            await msg.respond(b"")
+            return
         rows = wire.request_rows(msg.data)
         seen.append(rows)
         reply = await respond(rows)
@@ -205,6 +209,7 @@ async def predictor(stack: Stack, respond: Responder) -> AsyncIterator[list[list
 
     sub = await stack.nc.subscribe(stack.names.predict, queue=stack.names.predict_queue, cb=cb)
     await stack.nc.flush()
+    await until_routed(stack.nc, stack.names.predict)
     try:
         yield seen
     finally:

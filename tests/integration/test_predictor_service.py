@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import aiohttp
+import nats.errors
 import pytest
 
 from services import model_cli
@@ -33,8 +34,16 @@ ROWS = synthetic_window(20, seed=11).rows().tolist()
 
 
 async def predict(nc, names: Names, rows=ROWS) -> PredictReply:
-    msg = await nc.request(names.predict, PredictRequest(rows=rows).encode(), timeout=5.0)
-    return PredictReply.decode(msg.data)
+    # a replica that has just subscribed may not be routed to yet (tests/integration/nats_routing.py)
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            msg = await nc.request(names.predict, PredictRequest(rows=rows).encode(), timeout=5.0)
+            return PredictReply.decode(msg.data)
+        except nats.errors.NoRespondersError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.005)
 
 
 async def publish_model(

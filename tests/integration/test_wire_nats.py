@@ -19,6 +19,7 @@ from shared.features import FEATURES
 from shared.latency_model import LatencyModel
 from shared.model_store import next_version, publish_version
 from shared.subjects import Names
+from tests.integration.nats_routing import until_routed
 from tests.integration.trainer_harness import eventually, metric, predictor_settings
 from tests.unit.trainer_synth import synthetic_samples, synthetic_window
 
@@ -112,6 +113,7 @@ async def test_client_fallback_reasons(isolated):
 
         p = PredictorService(predictor_settings(isolated, "w3"))
         await p.start()
+        await until_routed(nc, names.predict)
         try:
             out = await client.predict(X[:2].tolist())
             assert out.reason == "no_model" and out.replica == "w3"
