@@ -2,7 +2,9 @@
 
 A signal that arrives during start-up (for example while NATS is still unreachable) aborts
 the start instead of being lost; the service's ``stop()`` is always called and must cope
-with a partial start.
+with a partial start. After start-up the process's allocations are frozen out of the garbage
+collector and the collection thresholds raised (:func:`tune_gc`), so collections stay short
+under load. Latency-critical services run on uvloop (``fast_loop``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,32 @@ log = logging.getLogger(__name__)
 
 
 class Service(Protocol):
+    """``start()`` and ``stop()``; a service may also expose ``finished``, an awaitable that
+    completes when it stops serving on its own (the process then stops as on a signal)."""
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class StartAborted(Exception):
+    """Raised by a service's ``start()`` when a stop was requested before it finished
+    starting: the process stops cleanly instead of failing."""
+
+
+# Generation-0 threshold after start-up. The default (700 net allocations) makes a busy
+# service run a young collection every millisecond or two; each one also ages survivors
+# into the older generations, whose collections are the long pauses. 20,000 keeps young
+# collections well under a millisecond while cutting their number ~30x.
+GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> None:
+    """Collect once, freeze what start-up allocated (modules, models, connections: it lives
+    for the whole run) out of the collector's reach, and raise the thresholds."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*thresholds)
 
 
 async def cancel_until_done(task: asyncio.Task, attempts: int = 40, wait_s: float = 0.25) -> None:
@@ -58,18 +83,34 @@ async def serve(name: str, service: Service, stop: asyncio.Event | None = None) 
     try:
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
-            starting.result()  # raise a start-up error
-            # What start-up allocated (modules, models, connections) lives for the whole run:
-            # keep it out of the collector's reach so full collections stay short under load.
-            gc.collect()
-            gc.freeze()
+            try:
+                starting.result()  # raise a start-up error
+            except StartAborted as e:
+                log.info("%s stopped before it finished starting: %s", name, e)
+                return
+            tune_gc()
             log.info("%s started", name)
-            await stopping
+            finished = getattr(service, "finished", None)
+            waits = {stopping} if finished is None else {stopping, asyncio.ensure_future(finished)}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         log.info("%s stopping", name)
     finally:
         stopping.cancel()
         await cancel_until_done(starting)
         await service.stop()
+
+
+def loop_factory(fast: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when ``fast`` and uvloop is installed (the gateway and predictor extras
+    pin it), else None (asyncio's default loop)."""
+    if not fast:
+        return None
+    try:
+        import uvloop
+    except ImportError:  # e.g. a platform without uvloop wheels: same behaviour, slower
+        log.info("uvloop is not installed; using asyncio's event loop")
+        return None
+    return uvloop.new_event_loop
 
 
 def run_service(
@@ -78,8 +119,10 @@ def run_service(
     factory: Callable[..., Service],
     *,
     telemetry: Callable[[], Telemetry] | None = None,
+    fast_loop: bool = False,
 ) -> None:
-    """Process entry point: JSON logging, then :func:`serve` in a fresh event loop.
+    """Process entry point: JSON logging, then :func:`serve` in a fresh event loop (uvloop's
+    with ``fast_loop``, see :func:`loop_factory`).
 
     Without ``telemetry`` the service is ``factory()``. With it, ``telemetry()`` (called
     after logging is set up) builds the process's :class:`~shared.telemetry.Telemetry`, the
@@ -88,7 +131,8 @@ def run_service(
     setup_logging(name, log_level)
     tel = telemetry() if telemetry is not None else None
     try:
-        asyncio.run(serve(name, factory() if tel is None else factory(tel)))
+        with asyncio.Runner(loop_factory=loop_factory(fast_loop)) as runner:
+            runner.run(serve(name, factory() if tel is None else factory(tel)))
     finally:
         if tel is not None:
             tel.shutdown()

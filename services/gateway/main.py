@@ -5,47 +5,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 
 from services.gateway.scheduling.params import ConfigError
-from services.gateway.server import GatewayStartupInterrupted, start_gateway
+from services.gateway.server import RunningGateway, start_gateway
 from services.gateway.settings import GatewaySettings
-from shared.logs import setup_logging
+from shared.runner import run_service
 from shared.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
 
 
-async def run(
-    settings: GatewaySettings,
-    stop: asyncio.Event | None = None,
-    telemetry: Telemetry | None = None,
-) -> None:
-    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives."""
-    stop = stop or asyncio.Event()
-    # waits for NATS as long as it takes; SIGTERM/SIGINT during startup aborts it
-    try:
-        running = await start_gateway(settings, startup_timeout_s=None, telemetry=telemetry)
-    except GatewayStartupInterrupted:
-        log.info("gateway stopped before it finished starting")
-        return
-    except ConfigError as e:
-        log.error("invalid scheduling config: %s", e)
-        raise SystemExit(2) from None
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            pass
-    log.info("gateway listening on %s", running.url)
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait({stopper, running.task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        log.info("gateway stopping")
-        await running.stop()
+class GatewayProcess:
+    """The gateway as a :mod:`shared.runner` service: uvicorn serving the app in this loop."""
+
+    def __init__(self, settings: GatewaySettings, telemetry: Telemetry | None = None) -> None:
+        self.settings = settings
+        self.telemetry = telemetry
+        self.running: RunningGateway | None = None
+        self.finished: asyncio.Task | None = (
+            None  # uvicorn's serve task (ends on its own only on failure)
+        )
+
+    async def start(self) -> None:
+        # waits for NATS as long as it takes; SIGTERM/SIGINT during start-up aborts it
+        # (GatewayStartupInterrupted is a shared.runner.StartAborted)
+        self.running = await start_gateway(
+            self.settings, startup_timeout_s=None, telemetry=self.telemetry
+        )
+        self.finished = self.running.task
+        log.info("gateway listening on %s", self.running.url)
+
+    async def stop(self) -> None:
+        if self.running is not None:
+            await self.running.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,12 +47,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = GatewaySettings(**overrides)
-    setup_logging("gateway", settings.log_level)
-    tel = setup_telemetry("gateway", pool=settings.pool, namespace=settings.namespace)
     try:
-        asyncio.run(run(settings, telemetry=tel))
-    finally:
-        tel.shutdown()
+        run_service(
+            "gateway",
+            settings.log_level,
+            lambda tel: GatewayProcess(settings, tel),
+            telemetry=lambda: setup_telemetry(
+                "gateway", pool=settings.pool, namespace=settings.namespace
+            ),
+            fast_loop=True,
+        )
+    except ConfigError as e:
+        log.error("invalid scheduling config: %s", e)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ from fastapi import FastAPI
 from services.gateway.app import create_app
 from services.gateway.gateway import Gateway
 from services.gateway.settings import GatewaySettings
+from shared.runner import StartAborted
 from shared.telemetry import Telemetry
 
 
-class GatewayStartupInterrupted(RuntimeError):
+class GatewayStartupInterrupted(StartAborted):
     """SIGTERM/SIGINT arrived before the gateway finished starting."""
 
 
@@ -72,9 +73,12 @@ async def start_gateway(
     for NATS as long as it takes) or is interrupted by SIGTERM/SIGINT."""
     app = create_app(settings, rng=rng, clock=clock, telemetry=telemetry)
     sock = _bind(settings.host, settings.port if port is None else port)
+    # httptools: uvicorn's C-parser protocol (pinned in the gateway extra); h11, the
+    # pure-Python one, costs ~1 ms more CPU per streamed request
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5
-    )
+        app, http="httptools", log_config=None, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=5,
+    )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     deadline = None if startup_timeout_s is None else time.monotonic() + startup_timeout_s
