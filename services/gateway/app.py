@@ -1,7 +1,11 @@
-"""FastAPI application: OpenAI routes, /v1/models, /health, /metrics."""
+"""The gateway's ASGI application: the two proxy routes (``POST /v1/completions``,
+``POST /v1/chat/completions``) served directly by services/gateway/proxy.py, everything else
+(/v1/models, /health, /metrics, 404/405s) by a FastAPI app."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -10,11 +14,12 @@ from contextlib import asynccontextmanager
 import orjson
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from services.gateway.errors import GatewayError, send_error
 from services.gateway.gateway import Gateway
-from services.gateway.proxy import handle
+from services.gateway.proxy import ENDPOINTS, handle
 from services.gateway.settings import GatewaySettings
 from shared.telemetry import Telemetry
 
@@ -23,13 +28,58 @@ def _json(obj: object, status: int = 200) -> Response:
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
 
 
+log = logging.getLogger(__name__)
+
+
+def _span_details(scope: Scope) -> tuple[str, dict[str, str]]:
+    """Name and route of a proxy request's SERVER span (as FastAPI's instrumentation names
+    its routes)."""
+    return f"{scope['method']} {scope['path']}", {"http.route": scope["path"]}
+
+
+class GatewayApp:
+    """ASGI entry point: proxy routes straight to the handler, the rest to ``api``.
+    ``app.state.gateway`` is the :class:`Gateway`."""
+
+    def __init__(self, gw: Gateway, api: FastAPI) -> None:
+        self.gateway = gw
+        self.api = api
+        self.state = api.state
+        self._proxy = self._serve_proxy
+        if gw.tel.enabled:  # the request's SERVER span (the parent of the gateway's spans)
+            from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+            self._proxy = OpenTelemetryMiddleware(
+                self._serve_proxy,
+                default_span_details=_span_details,
+                tracer_provider=gw.tel.tracer_provider,
+                meter_provider=gw.tel.meter_provider,
+                exclude_spans=["receive", "send"],
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in ENDPOINTS and scope["method"] == "POST":
+            await self._proxy(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+    async def _serve_proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await handle(self.gateway, scope, receive, send)
+        except Exception:
+            log.exception("unhandled error in %s", scope["path"])
+            err = GatewayError(500, "internal gateway error", type="server_error", code="internal")
+            with contextlib.suppress(RuntimeError):  # the response had started: uvicorn drops it
+                await send_error(send, err)
+
+
 def create_app(
     settings: GatewaySettings,
     *,
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.time,
     telemetry: Telemetry | None = None,
-) -> FastAPI:
+) -> GatewayApp:
     """The gateway app; NATS, the JetStream stream, the snapshot subscription and the pods'
     HTTP session are set up in the lifespan. ``app.state.gateway`` is the :class:`Gateway`."""
     gw = Gateway(settings, rng=rng, clock=clock, telemetry=telemetry)
@@ -54,14 +104,6 @@ def create_app(
             excluded_urls="/health,/metrics",
             exclude_spans=["receive", "send"],
         )
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await handle(gw, request, "completions")
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await handle(gw, request, "chat")
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -95,4 +137,4 @@ def create_app(
         gw.update_pod_gauges()
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    return GatewayApp(gw, app)

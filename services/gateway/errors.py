@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.responses import Response
+from starlette.types import Send
+
+from services.gateway.asgi import send_bytes
 
 
 class GatewayError(Exception):
@@ -45,12 +47,10 @@ def bad_request(
     return GatewayError(400, message, param=param, code=code)
 
 
-def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        orjson.dumps(err.body()),
-        status_code=err.status,
-        media_type="application/json",
-        headers={**err.headers, **(headers or {})},
+async def send_error(send: Send, err: GatewayError, headers: dict[str, str] | None = None) -> None:
+    """Answer ``err`` as an OpenAI error object (ASGI)."""
+    await send_bytes(
+        send, err.status, orjson.dumps(err.body()), headers={**err.headers, **(headers or {})}
     )
 
 

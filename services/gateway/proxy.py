@@ -4,30 +4,33 @@ or aggregate the pod's reply, account in-flight state, metrics and the training 
 The pod is always asked for a stream with the usage chunk, so TTFT and TPOT are measured for
 every request: TTFT = first chunk carrying a token; TPOT = (e2e - ttft) / (token chunks - 1),
 both from the moment the successful attempt was sent.
+
+Served as a plain ASGI handler (services/gateway/asgi.py): events that arrive from the pod
+together are accounted one by one and forwarded to the client in one write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from opentelemetry.trace import Span
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from services.gateway import explain, tracing
-from services.gateway.errors import GatewayError, error_response, sse_error_event
+from services.gateway.asgi import read_body, request_headers, send_bytes, start_event_stream
+from services.gateway.errors import GatewayError, send_error, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
 from services.gateway.openai_request import Kind, ParsedRequest, parse_request
 from services.gateway.request_headers import parse_objective_headers
 from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
 from services.gateway.upstream import (
+    Event,
     PodFailure,
     PodRejected,
     StreamBroken,
@@ -38,23 +41,28 @@ from shared.schemas import TrainingSample
 
 log = logging.getLogger(__name__)
 
-_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+ENDPOINTS: dict[str, Kind] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+_DONE = b"data: [DONE]\n\n"
 
 
-async def handle(gw: Gateway, request: Request, kind: Kind) -> Response:
-    endpoint = _PATHS[kind]
+async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    """ASGI handler of ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
+    endpoint = scope["path"]
+    kind = ENDPOINTS[endpoint]
     request_id = uuid.uuid4().hex
+    headers = request_headers(scope)
     try:
         objectives = parse_objective_headers(
-            request.headers, gw.schedulers, gw.settings.allow_profile_header
+            headers, gw.schedulers, gw.settings.allow_profile_header
         )
-        parsed = parse_request(await request.body(), kind)
+        parsed = parse_request(await read_body(receive), kind)
         decision = await gw.route(parsed, objectives)
     except GatewayError as e:
         gw.metrics.requests.labels(endpoint, str(e.status)).inc()
-        return error_response(e, {"x-request-id": request_id})
-    debug = explain.wants_debug(request.headers)
-    return await _dispatch(gw, parsed, decision, request_id, endpoint, debug)
+        await send_error(send, e, {"x-request-id": request_id})
+        return
+    debug = explain.wants_debug(headers)
+    await _dispatch(gw, parsed, decision, request_id, endpoint, send, receive, debug)
 
 
 def _routing_headers(
@@ -82,8 +90,10 @@ async def _dispatch(
     decision: RoutingDecision,
     request_id: str,
     endpoint: str,
+    send: Send,
+    receive: Receive,
     debug: bool = False,
-) -> Response:
+) -> None:
     s = gw.settings
     attempts = decision.ranked[: 2 if s.retry_before_first_byte else 1]
     body = parsed.upstream_body()
@@ -126,45 +136,37 @@ async def _dispatch(
             gw.view.on_finish(request_id)
             gw.metrics.failed.labels("pod_rejected").inc()
             gw.metrics.requests.labels(endpoint, str(e.status)).inc()
-            return Response(e.body, status_code=e.status, media_type=e.content_type,
-                            headers=_routing_headers(request_id, routed, decision, debug,
-                                                     traced))  # fmt: skip
+            await send_bytes(send, e.status, e.body, e.content_type,
+                             _routing_headers(request_id, routed, decision, debug, traced))  # fmt: skip
+            return
         except BaseException:
             tracing.end_pod_call(span, error="cancelled")
             gw.view.on_finish(request_id)
             raise
         routing.on_accepted(gw.index, decision.prepared, routed.index)
         ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span)
-        first_out = ex.on_event(*first, time.perf_counter())
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
-        if parsed.stream:
-            return _ProxyStream(ex.stream_body(first_out), ex.abandon, headers=headers_out)
-        return await ex.aggregate(headers_out)
+        try:
+            if parsed.stream:
+                await ex.stream_to(send, receive, first, headers_out)
+            else:
+                await ex.aggregate(send, first, headers_out)
+        finally:
+            ex.abandon()  # a no-op once settled
+        await stream.release()  # after [DONE]: keep the pod connection for the next request
+        return
 
     gw.metrics.failed.labels("pod_unavailable").inc()
     gw.metrics.requests.labels(endpoint, "502").inc()
     msg = f"no pod could serve the request: {failure}" if failure else "no pod could serve it"
     err = GatewayError(502, msg, type="upstream_error", code="pod_unavailable")
-    return error_response(err, {"x-request-id": request_id})
+    await send_error(send, err, {"x-request-id": request_id})
 
 
-class _ProxyStream(StreamingResponse):
-    """A streaming response that always settles the exchange, even when the client goes
-    away before the body iterator ever ran."""
-
-    def __init__(self, body: AsyncIterator[bytes], on_close, headers: dict[str, str]) -> None:
-        super().__init__(
-            body,
-            media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache"},
-        )
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
+async def _client_gone(receive: Receive) -> None:
+    """Returns when the client disconnects (or the response is complete)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class _Exchange:
@@ -202,43 +204,73 @@ class _Exchange:
             raw = orjson.dumps(chunk)
         return b"data: " + raw + b"\n\n"
 
-    async def stream_body(self, first_out: bytes | None) -> AsyncIterator[bytes]:
-        if first_out:
-            yield first_out
+    def on_events(self, events: list[Event]) -> bytes:
+        """Account events that arrived together; the SSE bytes to forward, joined."""
+        now = time.perf_counter()
+        out = [b for raw, chunk in events if (b := self.on_event(raw, chunk, now))]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    async def stream_to(
+        self, send: Send, receive: Receive, first: list[Event], headers: dict[str, str]
+    ) -> None:
+        """Forward the stream to an SSE client; a client disconnect abandons the exchange
+        (the pod connection is dropped, which stops the pod's work on it)."""
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        def on_gone(_: asyncio.Future) -> None:
+            nonlocal gone
+            if not self.settled:
+                gone = True
+                task.cancel()
+
+        watch = asyncio.ensure_future(_client_gone(receive))
+        watch.add_done_callback(on_gone)
+        stream = self.stream
+        out = self.on_events(first)
         try:
-            while (ev := await self.stream.next_event()) is not None:
-                out = self.on_event(*ev, time.perf_counter())
+            await start_event_stream(send, headers)
+            while not stream.done:
                 if out:
-                    yield out
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                out = self.on_events(await stream.next_events())
+            self.succeed()
+            await send({"type": "http.response.body", "body": out + _DONE, "more_body": False})
         except StreamBroken as e:
             self.fail(e.reason, e)
-            yield sse_error_event(f"the pod failed mid-stream: {e}", code="pod_stream_failed")
-            return
-        self.succeed()
-        yield b"data: [DONE]\n\n"
+            err = sse_error_event(f"the pod failed mid-stream: {e}", code="pod_stream_failed")
+            await send({"type": "http.response.body", "body": err, "more_body": False})
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()  # the client went away: settled as a disconnect (abandon)
+        finally:
+            watch.remove_done_callback(on_gone)
+            watch.cancel()
 
-    async def aggregate(self, headers: dict[str, str]) -> Response:
+    async def aggregate(self, send: Send, first: list[Event], headers: dict[str, str]) -> None:
+        self.on_events(first)
         try:
-            while (ev := await self.stream.next_event()) is not None:
-                self.on_event(*ev, time.perf_counter())
+            while not self.stream.done:
+                self.on_events(await self.stream.next_events())
         except StreamBroken as e:
             self.fail(e.reason, e, status="502")
             err = GatewayError(502, f"the pod failed mid-response: {e}", type="upstream_error",
                                code="pod_stream_failed")  # fmt: skip
-            return error_response(err, headers)
-        except BaseException:
-            self.abandon()
-            raise
+            await send_error(send, err, headers)
+            return
         self.succeed()
         reply = self.acc.completion(self.request_id, self.parsed.model, int(self.gw.clock()))
-        return Response(orjson.dumps(reply), media_type="application/json", headers=headers)
+        await send_bytes(send, 200, orjson.dumps(reply), headers=headers)
 
     # --- settlement -----------------------------------------------------------------------
     def _settle(self) -> bool:
         if self.settled:
             return False
         self.settled = True
-        self.stream.close()
+        if not self.stream.done:
+            self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
         self.gw.metrics.in_flight.dec()
         return True

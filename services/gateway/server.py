@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import uvicorn
-from fastapi import FastAPI
 
-from services.gateway.app import create_app
+from services.gateway.app import GatewayApp, create_app
 from services.gateway.gateway import Gateway
 from services.gateway.settings import GatewaySettings
 from shared.runner import StartAborted
@@ -29,14 +28,14 @@ class GatewayStartupInterrupted(StartAborted):
 
 @dataclass
 class RunningGateway:
-    app: FastAPI
+    app: GatewayApp
     server: uvicorn.Server
     task: asyncio.Task
     url: str
 
     @property
     def gateway(self) -> Gateway:
-        return self.app.state.gateway
+        return self.app.gateway
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.server.should_exit = True

@@ -8,17 +8,28 @@ Failure classes (what the request flow does with them):
 - :class:`PodRejected`: the pod answered 4xx. Not retried; passed through to the client.
 - :class:`StreamBroken`: the stream failed after the first event (connection dropped, an
   error event, EOF without ``[DONE]``, an undecodable chunk).
+
+The stream is read in whatever pieces the connection delivers (not line by line): every
+event complete in a piece is returned at once, so events that arrived together are handled
+(and forwarded) together. After ``[DONE]`` the rest of the response (the chunked-encoding
+terminator) is drained so the keep-alive connection goes back to the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import aiohttp
 import orjson
 
 _NET_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError)
+
+# an SSE event longer than this (bytes, without its end) breaks the stream
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+# how long to wait for the end of a response after [DONE] before dropping the connection
+DRAIN_TIMEOUT_S = 1.0
 
 
 class PodFailure(Exception):
@@ -47,42 +58,104 @@ Event = tuple[bytes, dict[str, Any]]  # raw data payload, decoded JSON object
 class UpstreamStream:
     """Reads ``data:`` events from a pod's SSE response until ``[DONE]``."""
 
+    __slots__ = ("_broken", "_buf", "_content", "_cr", "done", "resp")
+
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
         self.resp = resp
-        self.done = False
+        self._content = resp.content
+        self._buf = b""  # an incomplete event (normalised to \n line ends)
+        self._cr = False  # the last piece ended in \r (maybe the first half of \r\n)
+        self.done = False  # [DONE] was seen
+        self._broken: StreamBroken | None = None  # raised after the events before it
 
-    async def next_event(self) -> Event | None:
-        """The next event, or None after ``[DONE]``. Raises StreamBroken."""
+    async def next_events(self) -> list[Event]:
+        """The events that are complete now (waiting for at least one), in order; after
+        ``[DONE]`` the list holds the events before it (possibly none) and ``done`` is set,
+        and every later call returns []. Raises StreamBroken."""
         if self.done:
-            return None
-        data: list[bytes] = []
+            return []
+        if self._broken is not None:
+            raise self._broken
         try:
             while True:
-                line = await self.resp.content.readline()
-                if not line:
+                piece = await self._content.readany()
+                if not piece:
                     raise StreamBroken("eof", "pod closed the stream before [DONE]")
-                line = line.rstrip(b"\r\n")
-                if line:
-                    if line.startswith(b"data:"):
-                        data.append(line[5:].lstrip(b" "))
-                    continue  # comments and other SSE fields are ignored
-                if not data:
-                    continue
-                payload = b"\n".join(data)
-                if payload == b"[DONE]":
-                    self.done = True
-                    return None
-                return payload, _decode(payload)
+                events = self._feed(piece)
+                if events or self.done:
+                    return events
         except StreamBroken:
             raise
         except _NET_ERRORS as e:
             raise StreamBroken("connection", f"pod stream failed: {type(e).__name__}: {e}") from e
 
+    def _feed(self, piece: bytes) -> list[Event]:
+        if self._cr or b"\r" in piece:  # CRLF or CR line ends: normalise to \n
+            if self._cr:
+                piece = b"\r" + piece
+            piece = piece.replace(b"\r\n", b"\n")
+            self._cr = piece.endswith(b"\r")
+            if self._cr:
+                piece = piece[:-1]
+            piece = piece.replace(b"\r", b"\n")
+        buf = self._buf + piece if self._buf else piece
+        if b"\n\n" not in buf:
+            if len(buf) > MAX_EVENT_BYTES:
+                raise StreamBroken("bad_chunk", "pod sent an event larger than the limit")
+            self._buf = buf
+            return []
+        *blocks, self._buf = buf.split(b"\n\n")
+        events: list[Event] = []
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:  # the usual one-line event
+                payload = block[6:].lstrip(b" ")
+            else:
+                data = [
+                    line[5:].lstrip(b" ")
+                    for line in block.split(b"\n")
+                    if line.startswith(b"data:")
+                ]
+                if not data:
+                    continue  # comments, other SSE fields, blank lines
+                payload = b"\n".join(data)
+            if payload == b"[DONE]":
+                self.done = True
+                self._buf = b""
+                break
+            try:
+                events.append((payload, _decode(payload)))
+            except StreamBroken as e:
+                if not events:
+                    raise
+                self._broken = e  # the events before it are delivered first
+                break
+        return events
+
+    async def release(self) -> None:
+        """After [DONE]: read the rest of the response (the chunked terminator normally
+        follows at once) so the connection can be reused, then release it; otherwise, or if
+        the end does not come within DRAIN_TIMEOUT_S, drop the connection."""
+        if not self.done:
+            self.resp.close()
+            return
+        content = self._content
+        if not content.at_eof():
+            try:
+                async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                    while await content.readany():
+                        pass
+            except _NET_ERRORS:
+                self.resp.close()
+                return
+            except asyncio.CancelledError:
+                self.resp.close()
+                raise
+        self.resp.release()
+
     def close(self) -> None:
-        """Release (after [DONE]) or abort the connection. Synchronous, safe in finally."""
-        if self.done:
-            self.resp.release()
-        else:
+        """Abort the connection (a failed or abandoned exchange). Synchronous, safe in
+        finally; a no-op after release."""
+        with contextlib.suppress(Exception):
             self.resp.close()
 
 
@@ -106,8 +179,9 @@ async def open_stream(
     body: bytes,
     headers: dict[str, str],
     client_timeout: aiohttp.ClientTimeout,
-) -> tuple[UpstreamStream, Event]:
-    """POST ``body`` and read up to the first event. Raises PodFailure or PodRejected."""
+) -> tuple[UpstreamStream, list[Event]]:
+    """POST ``body`` and read up to the first event(s) (``[DONE]`` may have come with them).
+    Raises PodFailure or PodRejected."""
     try:
         resp = await session.post(url, data=body, headers=headers, timeout=client_timeout)
     except _NET_ERRORS as e:
@@ -125,11 +199,14 @@ async def open_stream(
         raise PodRejected(resp.status, data, resp.content_type or "application/json")
     stream = UpstreamStream(resp)
     try:
-        first = await stream.next_event()
+        first = await stream.next_events()
     except StreamBroken as e:
         stream.close()
         raise PodFailure(f"before_first_event_{e.reason}", str(e)) from e
-    if first is None:
+    except BaseException:
+        stream.close()
+        raise
+    if not first:
         stream.close()
         raise PodFailure("empty_stream", "pod ended the stream without any event")
     return stream, first
