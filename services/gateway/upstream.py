@@ -55,49 +55,32 @@ class StreamBroken(Exception):
 Event = tuple[bytes, dict[str, Any]]  # raw data payload, decoded JSON object
 
 
-class UpstreamStream:
-    """Reads ``data:`` events from a pod's SSE response until ``[DONE]``."""
+class SseDecoder:
+    """Splits the bytes of an SSE stream, in whatever pieces they come, into the JSON
+    payloads of its ``data:`` events up to ``[DONE]``. Pure (no I/O)."""
 
-    __slots__ = ("_broken", "_buf", "_content", "_cr", "done", "resp")
+    __slots__ = ("_broken", "_buf", "_cr", "done")
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self.resp = resp
-        self._content = resp.content
+    def __init__(self) -> None:
         self._buf = b""  # an incomplete event (normalised to \n line ends)
-        self._cr = False  # the last piece ended in \r (maybe the first half of \r\n)
+        self._cr = False  # the last piece ended in \r (a \n that follows is part of it)
         self.done = False  # [DONE] was seen
         self._broken: StreamBroken | None = None  # raised after the events before it
 
-    async def next_events(self) -> list[Event]:
-        """The events that are complete now (waiting for at least one), in order; after
-        ``[DONE]`` the list holds the events before it (possibly none) and ``done`` is set,
-        and every later call returns []. Raises StreamBroken."""
-        if self.done:
-            return []
+    def feed(self, piece: bytes) -> list[Event]:
+        """The events completed by ``piece``, in order (none after ``[DONE]``). Raises
+        StreamBroken for an undecodable or error event (after returning the events that
+        came before it in the same piece) or an event over MAX_EVENT_BYTES."""
         if self._broken is not None:
             raise self._broken
-        try:
-            while True:
-                piece = await self._content.readany()
-                if not piece:
-                    raise StreamBroken("eof", "pod closed the stream before [DONE]")
-                events = self._feed(piece)
-                if events or self.done:
-                    return events
-        except StreamBroken:
-            raise
-        except _NET_ERRORS as e:
-            raise StreamBroken("connection", f"pod stream failed: {type(e).__name__}: {e}") from e
-
-    def _feed(self, piece: bytes) -> list[Event]:
-        if self._cr or b"\r" in piece:  # CRLF or CR line ends: normalise to \n
-            if self._cr:
-                piece = b"\r" + piece
-            piece = piece.replace(b"\r\n", b"\n")
+        if self.done:
+            return []
+        if self._cr and piece.startswith(b"\n"):  # the \n of a \r\n split across pieces
+            piece = piece[1:]
+        self._cr = False
+        if b"\r" in piece:  # CRLF or CR line ends: normalise to \n
             self._cr = piece.endswith(b"\r")
-            if self._cr:
-                piece = piece[:-1]
-            piece = piece.replace(b"\r", b"\n")
+            piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf + piece if self._buf else piece
         if b"\n\n" not in buf:
             if len(buf) > MAX_EVENT_BYTES:
@@ -130,6 +113,42 @@ class UpstreamStream:
                 self._broken = e  # the events before it are delivered first
                 break
         return events
+
+
+class UpstreamStream:
+    """Reads ``data:`` events from a pod's SSE response until ``[DONE]``."""
+
+    __slots__ = ("_content", "_sse", "resp")
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self.resp = resp
+        self._content = resp.content
+        self._sse = SseDecoder()
+
+    @property
+    def done(self) -> bool:
+        """``[DONE]`` was seen."""
+        return self._sse.done
+
+    async def next_events(self) -> list[Event]:
+        """The events that are complete now (waiting for at least one), in order; after
+        ``[DONE]`` the list holds the events before it (possibly none) and ``done`` is set,
+        and every later call returns []. Raises StreamBroken."""
+        sse = self._sse
+        if sse.done:
+            return []
+        try:
+            while True:
+                piece = await self._content.readany()
+                if not piece:
+                    raise StreamBroken("eof", "pod closed the stream before [DONE]")
+                events = sse.feed(piece)
+                if events or sse.done:
+                    return events
+        except StreamBroken:
+            raise
+        except _NET_ERRORS as e:
+            raise StreamBroken("connection", f"pod stream failed: {type(e).__name__}: {e}") from e
 
     async def release(self) -> None:
         """After [DONE]: read the rest of the response (the chunked terminator normally
