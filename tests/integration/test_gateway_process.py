@@ -64,10 +64,12 @@ async def test_sigterm_while_waiting_for_nats():
         "HEADROOM_GATEWAY_PORT": str(free_port()),
     })  # fmt: skip
     seen = b""
-    async with asyncio.timeout(15):
-        while b"Connection refused" not in seen:  # the first failed NATS connect
-            line = await proc.stderr.readline()
-            assert line, f"gateway exited early: {seen.decode()[-2000:]}"
-            seen += line
-    rc, err = await _terminate(proc)
+    try:
+        async with asyncio.timeout(15):
+            while b"Connection refused" not in seen:  # the first failed NATS connect
+                line = await proc.stderr.readline()
+                assert line, f"gateway exited early: {seen.decode()[-2000:]}"
+                seen += line
+    finally:
+        rc, err = await _terminate(proc)
     assert rc == 0, (seen + err).decode()[-2000:]
