@@ -133,6 +133,7 @@ class PodRecord(Message):
     lora_adapters: list[str] = field(default_factory=list)  # running LoRA adapters
     prefill_backlog: float | None = None  # requests waiting for prefill (JetStream's backlog)
     slots_used: float | None = None  # batch-slot fullness 0..1 where the engine reports it
+    kv_capacity_tokens: float | None = None  # KV-cache capacity in tokens, where reported
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -113,7 +113,11 @@ class LabSimulation:
         self.policy = policy
         self.schedulers = {policy: scheduling.scheduler(policy)}
         self.view = PodView(stale_after_s=gateway.stale_after_s)
-        self.index = PrefixIndex(gateway.prefix_block_tokens, gateway.prefix_index_blocks)
+        self.index = PrefixIndex(
+            gateway.prefix_block_tokens,
+            gateway.prefix_index_blocks,
+            gateway.prefix_index_auto_capacity,
+        )
         self.rng = random.Random(seed)
         self.model = model
         self.streaming = streaming
@@ -197,6 +201,7 @@ class LabSimulation:
             for p in self.pods
         ]
         self.view.apply_snapshot(PodSnapshot(pool=POOL, ts=now, pods=recs))
+        self.index.sync(recs)
         self.scrapes += 1
 
     # --- the pods -----------------------------------------------------------------------

@@ -76,6 +76,7 @@ class ParseResult:
     lora_adapters: list[str] = field(default_factory=list)  # running LoRA adapters
     prefill_backlog: float | None = None  # requests queued for prefill
     slots_used: float | None = None  # 0..1, batch (decode-slot) fullness
+    kv_capacity_tokens: float | None = None  # KV-cache capacity (vLLM cache_config_info)
     ignored: int = 0  # malformed lines and wanted samples with unusable (NaN/Inf) values
     found: int = 0  # samples of wanted metrics that were used
 
@@ -100,13 +101,14 @@ class _Acc:
     """Sums and counts per metric name over label sets, models and the newest LoRA label set
     per ``lora_key`` label; malformed and non-finite samples are counted as ignored."""
 
-    __slots__ = ("counts", "ignored", "lora_newest", "models", "sums")
+    __slots__ = ("cache_info", "counts", "ignored", "lora_newest", "models", "sums")
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
         self.models: set[str] = set()
         self.lora_newest: dict[str, tuple[float, str]] = {}
+        self.cache_info: dict[str, float] = {}  # engine -> KV capacity in tokens
         self.ignored = 0
 
     def feed(
@@ -115,6 +117,7 @@ class _Acc:
         wanted: frozenset[str],
         lora: str | None = None,
         lora_key: tuple[str, ...] = ("engine",),
+        cache_info: str | None = None,
     ) -> _Acc:
         sums, counts = self.sums, self.counts
         for s in iter_samples(text, wanted):
@@ -125,6 +128,9 @@ class _Acc:
             if model:
                 self.models.add(model)
             counts[s.name] = counts.get(s.name, 0) + 1
+            if s.name == cache_info:
+                self._cache_info(s.labels)
+                continue
             if s.name == lora:
                 key = "\0".join(s.labels.get(k, "") for k in lora_key)
                 prev = self.lora_newest.get(key)
@@ -133,6 +139,21 @@ class _Acc:
                 continue
             sums[s.name] = sums.get(s.name, 0.0) + s.value
         return self
+
+    def _cache_info(self, labels: dict[str, str]) -> None:
+        try:
+            tokens = float(labels["num_gpu_blocks"]) * float(labels["block_size"])
+        except (KeyError, ValueError):
+            self.ignored += 1  # an info gauge without usable capacity labels
+            return
+        if math.isfinite(tokens) and tokens > 0:
+            self.cache_info[labels.get("engine", "")] = tokens
+        else:
+            self.ignored += 1
+
+    def kv_capacity(self) -> float | None:
+        """KV capacity in tokens summed over engines (None when no engine reported it)."""
+        return sum(self.cache_info.values()) if self.cache_info else None
 
     def has(self, name: str) -> bool:
         return name in self.counts
@@ -174,9 +195,11 @@ VLLM_KV_OLD = "vllm:gpu_cache_usage_perc"
 VLLM_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 VLLM_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
 VLLM_LORA = "vllm:lora_requests_info"
+VLLM_CACHE_INFO = "vllm:cache_config_info"
 _VLLM_WANTED = frozenset(
-    {VLLM_WAITING, VLLM_RUNNING, VLLM_KV, VLLM_KV_OLD, VLLM_LORA, *VLLM_HITS, *VLLM_QUERIES}
-)
+    {VLLM_WAITING, VLLM_RUNNING, VLLM_KV, VLLM_KV_OLD, VLLM_LORA, VLLM_CACHE_INFO, *VLLM_HITS,
+     *VLLM_QUERIES}
+)  # fmt: skip
 
 
 def parse_vllm(text: str) -> ParseResult:
@@ -186,10 +209,12 @@ def parse_vllm(text: str) -> ParseResult:
     except KV usage, which is a fraction and is averaged over label sets. The newer KV name
     wins over the older ``vllm:gpu_cache_usage_perc`` when both are present. Running LoRA
     adapters come from the newest ``vllm:lora_requests_info`` label set per engine (its value
-    is the time it was last set; older label sets linger in the exposition).
+    is the time it was last set; older label sets linger in the exposition). The KV-cache
+    capacity is ``num_gpu_blocks x block_size`` of ``vllm:cache_config_info``, summed over
+    engines (None when absent).
     """
     a = _Acc()
-    a.feed(text, _VLLM_WANTED, lora=VLLM_LORA)
+    a.feed(text, _VLLM_WANTED, lora=VLLM_LORA, cache_info=VLLM_CACHE_INFO)
     kv = a.mean(VLLM_KV if a.has(VLLM_KV) else VLLM_KV_OLD)
     hits, queries = a.first_total(VLLM_HITS), a.first_total(VLLM_QUERIES)
     waiting = max(0.0, a.total(VLLM_WAITING))
@@ -199,6 +224,7 @@ def parse_vllm(text: str) -> ParseResult:
         kv_usage=_clamp01(kv),
         prefix_hit_rate=_clamp01(hits / queries) if queries > 0 else 0.0,
         prefill_backlog=waiting,
+        kv_capacity_tokens=a.kv_capacity(),
     )
 
 

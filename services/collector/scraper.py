@@ -65,6 +65,7 @@ def record_from_result(
         lora_adapters=list(result.lora_adapters),
         prefill_backlog=result.prefill_backlog,
         slots_used=result.slots_used,
+        kv_capacity_tokens=result.kv_capacity_tokens,
     )
 
 

@@ -98,7 +98,11 @@ class Gateway:
                 f"(known: {', '.join(self.schedulers)})"
             )
         self.view = PodView(stale_after_s=settings.stale_after_s)
-        self.index = PrefixIndex(settings.prefix_block_tokens, settings.prefix_index_blocks)
+        self.index = PrefixIndex(
+            settings.prefix_block_tokens,
+            settings.prefix_index_blocks,
+            settings.prefix_index_auto_capacity,
+        )
         self.nc: NATS | None = None
         self.session: aiohttp.ClientSession | None = None
         self.predictor: PredictorClient | None = None
@@ -168,7 +172,7 @@ class Gateway:
             self.metrics.snapshots_invalid.labels("wrong_pool").inc()
             return
         self.view.apply_snapshot(snap)
-        self.index.retain(p.name for p in snap.pods)
+        self.index.sync(snap.pods)
         self.metrics.snapshots.inc()
         self.update_pod_gauges()
 

@@ -26,7 +26,15 @@ class GatewaySettings(CommonSettings):
     )
     prefix_block_tokens: int = Field(64, ge=1, description="Tokens per prefix-index block")
     prefix_index_blocks: int = Field(
-        50_000, ge=1, description="Capacity of each pod's prefix-index LRU, in blocks"
+        50_000,
+        ge=1,
+        description="Capacity of each pod's prefix-index LRU, in blocks, for pods that do "
+        "not report their KV-cache capacity (or with auto capacity off)",
+    )
+    prefix_index_auto_capacity: bool = Field(
+        True,
+        description="Size each pod's prefix-index LRU from its reported KV-cache capacity "
+        "(vLLM cache_config_info), like the Inference Extension's autoTune",
     )
     pod_connect_timeout_s: float = Field(2.0, gt=0, description="TCP connect timeout to a pod")
     pod_read_timeout_s: float = Field(

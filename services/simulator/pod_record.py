@@ -50,4 +50,7 @@ def pod_record(
         running=running,
         kv_usage=kv,
         prefix_hit_rate=hit_rate,
+        kv_capacity_tokens=None
+        if profile.engine == "jetstream"
+        else float(stats.num_gpu_blocks * stats.block_size),
     )

@@ -172,6 +172,19 @@ def test_vllm_realistic_page():
     assert r.found > 0
 
 
+def test_vllm_kv_capacity_from_cache_config_info():
+    assert parse_vllm(vllm_page()).kv_capacity_tokens == 26000 * 16
+    two = (
+        'vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="100"} 1.0\n'
+        'vllm:cache_config_info{engine="1",block_size="32",num_gpu_blocks="10"} 1.0\n'
+    )
+    r = parse_vllm(vllm_page().split("# HELP vllm:cache_config_info")[0] + two)
+    assert r.kv_capacity_tokens == 100 * 16 + 10 * 32
+    bad = 'vllm:cache_config_info{engine="0",block_size="x",num_gpu_blocks="100"} 1.0\n'
+    r = parse_vllm(vllm_page().split("# HELP vllm:cache_config_info")[0] + bad)
+    assert r.kv_capacity_tokens is None and r.ignored == 1
+
+
 def test_vllm_old_kv_name():
     r = parse_vllm(vllm_page(kv=0.6, kv_name="gpu_cache_usage_perc"))
     assert r.kv_usage == pytest.approx(0.6)

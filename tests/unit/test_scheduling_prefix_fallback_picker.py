@@ -57,6 +57,30 @@ def test_lru_evicts_least_recently_used_blocks():
     assert idx.score("a", second) == 0.0  # its first block was evicted
 
 
+def _rec(name, capacity=None):
+    return PodRecord(name=name, url="u", ready=True, scraped_at=0.0, kv_capacity_tokens=capacity)
+
+
+def test_sync_sizes_each_pod_from_its_reported_kv_capacity():
+    idx = PrefixIndex(block_tokens=4, capacity_blocks=100)
+    idx.sync([_rec("a", capacity=10.0), _rec("b")])  # 10 tokens -> 3 blocks of 4
+    assert (idx.capacity("a"), idx.capacity("b")) == (3, 100)
+    idx.insert("a", idx.hashes(toks(40)))
+    idx.insert("b", idx.hashes(toks(40)))
+    assert (idx.blocks("a"), idx.blocks("b")) == (3, 10)
+    # a smaller capacity evicts the oldest blocks at once; a pod that left is forgotten
+    idx.sync([_rec("a", capacity=4.0)])
+    assert idx.blocks("a") == 1 and idx.score("a", idx.hashes(toks(40))) == 0.0  # first gone
+    assert idx.blocks("b") == 0 and idx.capacity("b") == 100
+
+
+def test_sync_without_auto_capacity_keeps_the_configured_size():
+    idx = PrefixIndex(block_tokens=4, capacity_blocks=5, auto_capacity=False)
+    idx.sync([_rec("a", capacity=8.0)])
+    idx.insert("a", idx.hashes(toks(40)))
+    assert idx.capacity("a") == 5 and idx.blocks("a") == 5
+
+
 def test_retain_forgets_departed_pods():
     idx = PrefixIndex(block_tokens=4)
     h = idx.hashes(toks(8))

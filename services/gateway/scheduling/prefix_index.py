@@ -7,26 +7,41 @@ routing, the chosen pod's block hashes are inserted into that pod's LRU (bounded
 blocks, counted from the start, that the pod has seen. The index is approximate: it does not
 know what the pod actually evicted.
 
+With ``auto_capacity`` (the default, like the Inference Extension's ``autoTune``) a pod that
+reports its KV-cache capacity (``PodRecord.kv_capacity_tokens``, from vLLM's
+``cache_config_info``) gets an LRU of that many tokens' worth of blocks, so the index forgets
+blocks at about the rate the pod evicts them; other pods keep ``capacity_blocks``.
+
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+from shared.schemas import PodRecord
 from shared.tokenizer import block_hashes
 
 
 class PrefixIndex:
-    def __init__(self, block_tokens: int = 64, capacity_blocks: int = 50_000) -> None:
+    def __init__(
+        self, block_tokens: int = 64, capacity_blocks: int = 50_000, auto_capacity: bool = True
+    ) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
         if capacity_blocks < 1:
             raise ValueError("capacity_blocks must be >= 1")
         self.block_tokens = block_tokens
         self.capacity_blocks = capacity_blocks
+        self.auto_capacity = auto_capacity
         self._pods: dict[str, OrderedDict[int, None]] = {}
+        self._capacity: dict[str, int] = {}  # pods sized from their reported KV capacity
+
+    def capacity(self, pod: str) -> int:
+        """The pod's LRU capacity in blocks."""
+        return self._capacity.get(pod, self.capacity_blocks)
 
     def hashes(self, tokens: Sequence[int]) -> list[int]:
         """Chained hashes of the prompt's full blocks."""
@@ -60,7 +75,8 @@ class PrefixIndex:
                 lru.move_to_end(h)
             else:
                 lru[h] = None
-        while len(lru) > self.capacity_blocks:
+        cap = self._capacity.get(pod, self.capacity_blocks)
+        while len(lru) > cap:
             lru.popitem(last=False)
 
     def blocks(self, pod: str) -> int:
@@ -71,3 +87,24 @@ class PrefixIndex:
         keep = set(pods)
         for name in [p for p in self._pods if p not in keep]:
             del self._pods[name]
+        for name in [p for p in self._capacity if p not in keep]:
+            del self._capacity[name]
+
+    def sync(self, records: Iterable[PodRecord]) -> None:
+        """Apply a pool snapshot: forget pods that left; with ``auto_capacity``, size each
+        pod's LRU from its reported KV capacity (evicting the oldest blocks if it shrank)."""
+        records = list(records)
+        self.retain(r.name for r in records)
+        if not self.auto_capacity:
+            return
+        for r in records:
+            tokens = r.kv_capacity_tokens
+            if tokens is None or tokens <= 0:
+                continue
+            cap = max(1, math.ceil(tokens / self.block_tokens))
+            if self._capacity.get(r.name) == cap:
+                continue
+            self._capacity[r.name] = cap
+            lru = self._pods.get(r.name)
+            while lru is not None and len(lru) > cap:
+                lru.popitem(last=False)
