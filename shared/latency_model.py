@@ -30,6 +30,10 @@ TARGET_COLUMNS: dict[str, tuple[int, ...]] = {
     "e2e": TTFT_COLUMNS,
 }
 OBJECTIVES = ("mean", "quantile")
+# Label transform: "log" fits log1p(ms) and predicts expm1(raw) (relative errors count
+# alike for 50 ms and 50 s, which is what MAPE and SLO checks need); "none" fits raw
+# milliseconds, as llm-d's predictor does.
+TRANSFORMS = ("none", "log")
 MAPE_FLOOR_MS = 1.0  # labels below 1 ms count as 1 ms in MAPE (no division blow-up)
 
 # llm-d's predictor defaults: 200 trees, depth 6, learning rate 0.05, raw-millisecond targets.
@@ -52,12 +56,15 @@ class ModelSpec:
     target: str
     objective: str = "mean"  # mean | quantile
     alpha: float = 0.9  # quantile level (quantile objective only)
+    transform: str = "none"  # none | log (see TRANSFORMS)
 
     def __post_init__(self) -> None:
         if self.target not in TARGET_COLUMNS:
             raise ValueError(f"unknown target {self.target!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}")
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"unknown transform {self.transform!r}")
         if self.objective == "quantile" and not 0.0 < self.alpha < 1.0:
             raise ValueError("quantile alpha must be in (0, 1)")
 
@@ -81,10 +88,16 @@ class ModelSpec:
             return {"objective": "reg:squarederror"}
         return {"objective": "reg:quantileerror", "quantile_alpha": self.alpha}
 
+    @property
+    def log(self) -> bool:
+        return self.transform == "log"
+
     def describe(self) -> dict[str, object]:
         d: dict[str, object] = {"target": self.target, "objective": self.objective}
         if self.objective == "quantile":
             d["quantile_alpha"] = self.alpha
+        if self.transform != "none":
+            d["transform"] = self.transform
         return d
 
 
@@ -98,7 +111,8 @@ def spec_from_info(key: str, info: dict) -> ModelSpec:
     alpha = info.get("quantile_alpha", int(m.group("q")) / 100 if m.group("q") else 0.9)
     if not isinstance(alpha, int | float) or isinstance(alpha, bool):
         raise ValueError("quantile_alpha must be a number")
-    spec = ModelSpec(str(target), str(objective), float(alpha))
+    transform = info.get("transform", "none")  # versions before transforms: raw ms
+    spec = ModelSpec(str(target), str(objective), float(alpha), str(transform))
     if spec.key != key:
         raise ValueError(f"model key {key!r} does not match its spec ({spec.key!r})")
     return spec
@@ -121,12 +135,22 @@ def fit_booster(
         raise ValueError("fit_booster needs equally many rows and labels, at least one")
     p = {**DEFAULT_PARAMS, **(params or {}), **spec.params(), "seed": seed}
     xs = np.ascontiguousarray(x[:, list(spec.columns)])
-    return xgb.train(p, xgb.DMatrix(xs, label=y), num_boost_round=rounds)
+    label = np.log1p(np.maximum(y, 0.0)) if spec.log else y
+    return xgb.train(p, xgb.DMatrix(xs, label=label), num_boost_round=rounds)
 
 
-def predict_booster(booster: xgb.Booster, x: np.ndarray, columns: tuple[int, ...]) -> np.ndarray:
+def to_ms(raw: np.ndarray, log: bool) -> np.ndarray:
+    """A booster's raw output (float64, modified in place) as milliseconds >= 0."""
+    if log:
+        np.expm1(raw, out=raw)
+    return np.maximum(raw, 0.0, out=raw)
+
+
+def predict_booster(
+    booster: xgb.Booster, x: np.ndarray, columns: tuple[int, ...], log: bool = False
+) -> np.ndarray:
     pred = booster.inplace_predict(np.ascontiguousarray(x[:, list(columns)]))
-    return np.maximum(np.asarray(pred, dtype=np.float64), 0.0)
+    return to_ms(np.array(pred, dtype=np.float64), log)
 
 
 def evaluate(pred: np.ndarray, y: np.ndarray, spec: ModelSpec) -> dict[str, float | int | None]:
@@ -248,7 +272,7 @@ class LatencyModel:
         return (preferred or keys or [None])[0]
 
     def predict_key(self, key: str, rows: np.ndarray) -> np.ndarray:
-        return predict_booster(self.boosters[key], rows, self.columns[key])
+        return predict_booster(self.boosters[key], rows, self.columns[key], self.spec(key).log)
 
     def predict(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Predicted milliseconds per model key for full feature rows (n x FEATURES)."""

@@ -17,7 +17,7 @@ import logging
 import numpy as np
 
 from shared.features import FEATURES
-from shared.latency_model import LatencyModel
+from shared.latency_model import LatencyModel, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,11 @@ _ALL = tuple(range(len(FEATURES)))
 class _Direct:
     """One booster's prediction through the C API (raises if the API is unavailable)."""
 
-    def __init__(self, booster, columns: tuple[int, ...]) -> None:
+    def __init__(self, booster, columns: tuple[int, ...], log: bool = False) -> None:
         from xgboost.core import _LIB, _check_call, c_bst_ulong, make_jcargs
 
         self.booster = booster  # keeps the handle alive
+        self.log = log  # the model's label transform (shared.latency_model.to_ms)
         self.columns = None if tuple(columns) == _ALL else list(columns)
         self._lib, self._check, self._ulong = _LIB, _check_call, c_bst_ulong
         self._args = make_jcargs(
@@ -69,7 +70,7 @@ class _Direct:
         if dims.value != 1 or shape[0] != n:
             raise RuntimeError(f"unexpected prediction shape (dims {dims.value})")
         out = np.ctypeslib.as_array(preds, shape=(n,)).astype(np.float64)  # copies
-        return np.maximum(out, 0.0, out=out)
+        return to_ms(out, self.log)
 
 
 class CompiledModel:
@@ -81,7 +82,10 @@ class CompiledModel:
         self.direct = False
         self._fns = [self._fallback(k) for k in self.keys]
         try:
-            fns = [_Direct(model.boosters[k], model.columns[k]) for k in self.keys]  # type: ignore[index]
+            fns = [
+                _Direct(model.boosters[k], model.columns[k], model.spec(k).log)  # type: ignore[arg-type,index]
+                for k in self.keys
+            ]
             probe = np.random.default_rng(0).uniform(0, 1000, (64, len(FEATURES)))
             probe = probe.astype(np.float32)
             for k, fn in zip(self.keys, fns, strict=True):

@@ -17,6 +17,7 @@ import xgboost as xgb
 
 from services.trainer.window import N_FEATURES, WindowEntry, entries_of
 from shared.latency_model import (
+    TRANSFORMS,
     ModelSpec,
     booster_to_bytes,
     evaluate,
@@ -45,10 +46,13 @@ class FitConfig:
     min_holdout: int = 20  # holdout rows a target needs to be compared with the current model
     margin: float = 0.05  # a candidate may be this much (relative) worse and still promoted
     min_samples: int = 1  # labelled rows every target needs for a cycle to fit at all
+    transform: str = "log"  # label transform (shared.latency_model.TRANSFORMS)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
             raise ValueError(f"objective must be one of {OBJECTIVE_CHOICES}")
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"transform must be one of {TRANSFORMS}")
         if not self.targets:
             raise ValueError("at least one target")
         if not 0.0 <= self.holdout_fraction < 1.0:
@@ -59,9 +63,9 @@ class FitConfig:
         out: list[ModelSpec] = []
         for t in self.targets:
             if self.objective in ("mean", "both"):
-                out.append(ModelSpec(t))
+                out.append(ModelSpec(t, transform=self.transform))
             if self.objective in ("quantile", "both"):
-                out.append(ModelSpec(t, "quantile", self.quantile_alpha))
+                out.append(ModelSpec(t, "quantile", self.quantile_alpha, self.transform))
         return tuple(out)
 
     def xgb_params(self) -> dict[str, object]:
@@ -76,6 +80,7 @@ class FitConfig:
             "quantile_alpha": self.quantile_alpha,
             "holdout_fraction": self.holdout_fraction,
             "margin": self.margin,
+            "transform": self.transform,
         }
 
 
@@ -133,7 +138,7 @@ class FittedModel:
     samples: int  # training rows
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
-        return predict_booster(self.booster, rows, self.spec.columns)
+        return predict_booster(self.booster, rows, self.spec.columns, self.spec.log)
 
 
 def missing_targets(

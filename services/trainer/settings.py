@@ -44,6 +44,11 @@ class TrainerSettings(CommonSettings):
         "mean", description="Model objective: mean (squared error), quantile, or both"
     )
     quantile_alpha: float = Field(0.9, gt=0, lt=1, description="Quantile of quantile models")
+    target_transform: Literal["none", "log"] = Field(
+        "log",
+        description="Label transform: log fits log(1 + ms), so relative errors weigh alike at "
+        "every latency (llm-d fits raw ms: none)",
+    )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
     )
@@ -103,6 +108,7 @@ class TrainerSettings(CommonSettings):
             min_holdout=self.min_holdout,
             margin=self.promotion_margin,
             min_samples=self.min_samples,
+            transform=self.target_transform,
         )
 
     def limits(self) -> Limits:

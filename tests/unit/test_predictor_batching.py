@@ -45,7 +45,12 @@ def value(metrics: PredictorMetrics, name: str, **labels) -> float:
     return metrics.registry.get_sample_value(name, labels or None) or 0.0
 
 
-def test_direct_inference_is_identical_to_inplace_predict(model, window):
+@pytest.mark.parametrize("transform", ["log", "none"])
+def test_direct_inference_is_identical_to_inplace_predict(window, transform):
+    cfg = FitConfig(rounds=30, transform=transform)
+    data = TrainingData.from_entries(window.snapshot())
+    model = LatencyModel.from_blobs(*build_meta("v1", 1.0, run_cycle(data, None, cfg), cfg))
+    assert model.spec("ttft").transform == transform
     c = CompiledModel(model)
     assert c.direct  # this XGBoost exposes the C entry point
     rng = np.random.default_rng(1)

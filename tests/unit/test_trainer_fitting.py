@@ -88,6 +88,7 @@ def test_build_meta_describes_every_model(train):
         "target": "ttft",
         "objective": "quantile",
         "quantile_alpha": 0.9,
+        "transform": "log",
     }
     assert meta.metrics["ttft"]["holdout"] == 150 and meta.metrics["ttft"]["samples"] == 1350
     assert meta.bucket_coverage == {"buckets_filled": 3}
@@ -96,7 +97,7 @@ def test_build_meta_describes_every_model(train):
     again = ModelMeta.decode(meta.encode())
     assert again == meta
     loaded = LatencyModel.from_blobs(again, blobs)
-    assert loaded.spec("tpot_p90") == ModelSpec("tpot", "quantile", 0.9)
+    assert loaded.spec("tpot_p90") == ModelSpec("tpot", "quantile", 0.9, "log")
 
 
 def test_small_fit_has_no_holdout_metrics():
@@ -136,6 +137,7 @@ def test_evaluate_metrics():
             {"objective": "quantile", "quantile_alpha": 0.5},
             ModelSpec("e2e", "quantile", 0.5),
         ),
+        ("ttft", {"transform": "log"}, ModelSpec("ttft", transform="log")),
     ],
 )
 def test_spec_from_info(key, info, spec):
@@ -144,7 +146,12 @@ def test_spec_from_info(key, info, spec):
 
 @pytest.mark.parametrize(
     ("key", "info"),
-    [("latency", {}), ("ttft", {"objective": "quantile"}), ("ttft_p90", {"quantile_alpha": 0.5})],
+    [
+        ("latency", {}),
+        ("ttft", {"objective": "quantile"}),
+        ("ttft_p90", {"quantile_alpha": 0.5}),
+        ("ttft", {"transform": "sqrt"}),
+    ],
 )
 def test_inconsistent_specs(key, info):
     with pytest.raises(ValueError):
@@ -190,3 +197,21 @@ def test_config_validation():
 def test_refit_gate(new, counts, force, expected):
     got = refit_gate(new, counts, min_new_samples=50, min_samples=100, force=force)
     assert got == expected
+
+
+def test_log_transform_fits_relative_errors_and_predicts_milliseconds(train):
+    """Log models (the default) are judged in ms like raw ones; on labels spanning decades
+    they win on MAPE, raw ones on nothing the router uses."""
+    raw = run_cycle(train, None, FitConfig(rounds=60, transform="none"))
+    log = run_cycle(train, None, FitConfig(rounds=60, transform="log"))
+    assert log.models["ttft"].spec.transform == "log"
+    assert raw.models["ttft"].spec.transform == "none"
+    for key in ("ttft", "tpot"):
+        assert log.metrics[key]["mape"] <= raw.metrics[key]["mape"] * 1.05, key
+    p = log.model("x").predict(train.rows[:50])["ttft"]
+    assert (p >= 0).all() and p.mean() > 1.0  # milliseconds, not log-milliseconds
+
+
+def test_transform_is_validated():
+    with pytest.raises(ValueError, match="transform"):
+        FitConfig(transform="sqrt")
