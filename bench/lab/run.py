@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.lab.config import LabConfig
+from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
-from bench.lab.report import prediction_summary, summarize
+from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
 from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
@@ -40,7 +40,10 @@ def auto_train_interval(trainer: TrainerSettings, duration_s: float, max_cycles:
 
 
 def trainer_settings(config: LabConfig) -> TrainerSettings:
-    return TrainerSettings(**config.trainer_overrides)  # type: ignore[arg-type]
+    """The trainer's settings for this run: the policy's defaults
+    (:data:`~bench.lab.config.POLICY_TRAINER_DEFAULTS`) under the run's overrides."""
+    overrides = {**POLICY_TRAINER_DEFAULTS.get(config.policy, {}), **config.trainer_overrides}
+    return TrainerSettings(**overrides)  # type: ignore[arg-type]
 
 
 def run_lab(
@@ -119,6 +122,10 @@ def run_lab(
         "prefix_cache_hit_rate": sim.prefix_cache_hit_rate(),
         "preemptions": sim.preemptions(),
         "prediction": prediction,
+        "dispatch_ms": latency_stats(
+            [(r.dispatched_s - r.arrival_s) * 1000.0 for r in records if r.dispatched_s is not None]
+        ),
+        "flow": None if sim.flow is None else {"released": dict(sim.flow.released)},
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
     return report

@@ -35,6 +35,7 @@ from bench.traces import TraceRequest
 from services.gateway.predictor_client import REASON_NO_MODEL
 from services.gateway.scheduling import routing
 from services.gateway.scheduling.config import SchedulingConfig
+from services.gateway.scheduling.flow import FlowQueue, QueueFull, Waiter
 from services.gateway.scheduling.pod_view import PodView
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
@@ -77,6 +78,7 @@ class _Pending:
     version: str | None = None
     pod: SimPod | None = None  # chosen pod
     chosen: int | None = None  # its candidate index
+    waiter: Waiter | None = None  # its place in the flow-control queue, if any
 
 
 class LabSimulation:
@@ -141,6 +143,12 @@ class LabSimulation:
         self._heap: list[tuple[float, int, int, StepOutcome]] = []
         self._seq = 0
         self.scrapes = 0
+        # flow control, as the gateway runs it for a profile that enables it
+        flow = scheduling.flow(policy)
+        self.flow = FlowQueue(flow) if flow.enabled else None
+        self._now = 0.0  # the virtual time of the event being handled (for the view's hook)
+        if self.flow is not None:
+            self.view.on_change = self._pump
 
     # --- the run ------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
@@ -170,11 +178,14 @@ class LabSimulation:
             td = pending[0][0] if pending else INF
             if th <= ta and th <= tc and th <= td:
                 t, _, pi, out = heapq.heappop(heap)
+                self._now = t
                 self._step_end(self.pods[pi], t, out)
             elif td <= ta and td <= tc:
                 t, _, handler, p = heapq.heappop(pending)
+                self._now = t
                 handler(p, t)
             elif tc <= ta:
+                self._now = tc
                 if next_scrape <= tc:
                     self._scrape(next_scrape)
                     k_scrape += 1
@@ -187,6 +198,7 @@ class LabSimulation:
                     next_train = k_train * interval
             else:
                 j = order[ai]
+                self._now = ta
                 self._arrive(reqs[j], records[j], ta)
                 ai += 1
                 if progress is not None and (ai % report_every == 0 or ai == n):
@@ -219,7 +231,7 @@ class LabSimulation:
             rec = op.record
             if ev.index == 0:
                 rec.first_token_s = t
-                self.view.on_first_token(ev.req_id)
+                self.view.on_first_token(ev.req_id, t)
             if ev.finished:
                 rec.finished_s = t
                 rec.output_tokens = ev.index + 1
@@ -235,12 +247,12 @@ class LabSimulation:
 
     def _sample(self, rid: str, op: _Open, now: float) -> None:
         rec = op.record
-        e2e = rec.e2e_ms
+        e2e = rec.pod_e2e_ms  # measured from the dispatch, as the gateway's proxy does
         sample = TrainingSample(
             request_id=rid, pool=POOL, pod=rec.pod or "", model=self.model,
             features=op.row, e2e_ms=e2e if e2e is not None else 0.0,
             input_tokens=rec.input_tokens, output_tokens=rec.output_tokens,
-            streaming=self.streaming, ts=now, ttft_ms=rec.ttft_ms, tpot_ms=rec.tpot_ms,
+            streaming=self.streaming, ts=now, ttft_ms=rec.pod_ttft_ms, tpot_ms=rec.tpot_ms,
             routing=rec.path or "fallback", model_version=rec.model_version,
             predicted_ttft_ms=rec.predicted_ttft_ms, predicted_tpot_ms=rec.predicted_tpot_ms,
         )  # fmt: skip
@@ -248,21 +260,70 @@ class LabSimulation:
 
     # --- the gateway --------------------------------------------------------------------
     def _arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
-        """The gateway has the request: build the rows from the view as it is now; with a
-        predicting profile the decision waits for the prediction call
-        (``predict_latency_s``), and requests arriving meanwhile see the same loads."""
+        """The gateway has the request: with flow control it may wait in the queue first;
+        then :meth:`_route`."""
         cands = self.view.candidates(self.model, now)
         if not cands:  # cannot happen with the lab's always-ready pods; kept for safety
             rec.status, rec.error = FAILED, "no_ready_pod"
             return
         tokens = req.prompt_tokens()
+        if self.flow is None:
+            self._route(req, rec, tokens, cands, now)
+            return
+        hashes = self.index.hashes(tokens)
+        priority = self.priority
+        if priority is None:
+            priority = self.scheduling.objective(self.model).priority
+        w = Waiter(
+            self.model, priority,
+            routing.best_service_s(self.view.cost, self.index, cands, tokens, hashes), now,
+            self.slo_ttft_ms, payload=(req, rec, tokens, hashes),
+        )  # fmt: skip
+        try:
+            released = self.flow.offer(w, cands, now)
+        except QueueFull:
+            rec.status, rec.error = REJECTED, "queue_full"
+            return
+        if released:
+            self._release(w, now)
+
+    def _pump(self) -> None:
+        """The view's change hook: release what the flow-control queue lets go now."""
+        assert self.flow is not None
+        if not self.flow.queued:
+            return
+        now = self._now
+        for w in self.flow.take(lambda m: self.view.candidates(m, now), now):
+            self._release(w, now)
+
+    def _release(self, w: Waiter, now: float) -> None:
+        req, rec, tokens, hashes = w.payload  # type: ignore[misc]
+        assert self.flow is not None
+        cands = self.flow.route_among(w, self.view.candidates(self.model, now))
+        self._route(req, rec, tokens, cands, now, hashes=hashes, waiter=w)
+
+    def _route(
+        self,
+        req: TraceRequest,
+        rec: RequestRecord,
+        tokens: list[int],
+        cands: list,
+        now: float,
+        *,
+        hashes: list[int] | None = None,
+        waiter: Waiter | None = None,
+    ) -> None:
+        """Build the rows from the view as it is now; with a predicting profile the decision
+        waits for the prediction call (``predict_latency_s``), and requests arriving
+        meanwhile see the same loads."""
         prep = routing.prepare(
             self.scheduling, self.schedulers, self.index, cands, tokens,
             model=self.model, profile=self.policy, max_tokens=req.output_tokens,
             streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
-            slo_tpot_ms=self.slo_tpot_ms, priority=self.priority,
+            slo_tpot_ms=self.slo_tpot_ms, priority=self.priority, cost=self.view.cost,
+            hashes=hashes, queued_s=waiter.queued_s() if waiter is not None else 0.0,
         )  # fmt: skip
-        p = _Pending(req, rec, tokens, prep, f"r{req.index}")
+        p = _Pending(req, rec, tokens, prep, f"r{req.index}", waiter=waiter)
         learner = self.learner
         if prep.scheduler.needs_predictions and learner is not None:
             served = learner.predict(prep.rows.rows)
@@ -284,12 +345,17 @@ class LabSimulation:
         rec.path = decision.path
         if not decision.admitted:
             rec.status, rec.error = REJECTED, decision.reject_reason
+            if p.waiter is not None:
+                self.flow.routed(p.waiter)  # type: ignore[union-attr]
             return
         i = decision.ranked[0]
         p.pod = self._pod_by_name[prep.rows.candidates[i].name]
         p.chosen = i
         rec.pod = p.pod.name
+        rec.dispatched_s = now
         routing.on_dispatch(self.view, p.rid, prep, i, now)
+        if p.waiter is not None:
+            self.flow.routed(p.waiter)  # type: ignore[union-attr]
         if preds is not None:
             rec.model_version = p.version
             rec.predicted_ttft_ms = decision.predicted_ttft_ms

@@ -28,6 +28,7 @@ from services.gateway.request_headers import RequestObjectives
 from services.gateway.samples import SamplePublisher
 from services.gateway.scheduling import routing
 from services.gateway.scheduling.config import SchedulingConfig, load_config
+from services.gateway.scheduling.flow import FlowQueue, QueueFull, Waiter
 from services.gateway.scheduling.params import ConfigError
 from services.gateway.scheduling.pod_view import Candidate, PodView
 from services.gateway.scheduling.prediction import Prediction
@@ -98,6 +99,15 @@ class Gateway:
                 f"(known: {', '.join(self.schedulers)})"
             )
         self.view = PodView(stale_after_s=settings.stale_after_s)
+        # flow control per profile that enables it (services/gateway/scheduling/flow.py);
+        # the view's change hook releases queued requests as pods make room
+        self.flows: dict[str, FlowQueue] = {
+            name: FlowQueue(cfg)
+            for name in self.scheduling.profiles
+            if (cfg := self.scheduling.flow(name)).enabled
+        }
+        if self.flows:
+            self.view.on_change = self._pump
         self.index = PrefixIndex(
             settings.prefix_block_tokens,
             settings.prefix_index_blocks,
@@ -219,12 +229,90 @@ class Gateway:
         else:
             tokens = prompt_tokens(req.texts)
         profile = obj.profile or self.settings.profile
+        flow = self.flows.get(profile)
+        if flow is None:
+            return await self._decide(req, obj, profile, cands, tokens)
+        hashes = self.index.hashes(tokens)
+        waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes)
+        try:
+            cands = flow.route_among(waiter, self.view.candidates(req.model, self.clock()))
+            if not cands:
+                raise self._no_candidate_error(req.model, self.clock())
+            return await self._decide(req, obj, profile, cands, tokens, hashes, waiter)
+        finally:
+            flow.routed(waiter)  # the proxy dispatches before the loop runs anything else
+
+    async def _queue(
+        self,
+        flow: FlowQueue,
+        profile: str,
+        req: ParsedRequest,
+        obj: RequestObjectives,
+        cands: list[Candidate],
+        tokens: list[int],
+        hashes: list[int],
+    ) -> Waiter:
+        """Wait in the profile's flow-control queue until released (at once when a pod has
+        room); 503 when the queue is full."""
+        now = self.clock()
+        priority = obj.priority
+        if priority is None:
+            priority = self.scheduling.objective(req.model).priority
+        service = routing.best_service_s(self.view.cost, self.index, cands, tokens, hashes)
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        w = Waiter(req.model, priority, service, now, obj.slo_ttft_ms, payload=future)
+        try:
+            released = flow.offer(w, cands, now)
+        except QueueFull as e:
+            self.metrics.queue_rejected.labels(profile).inc()
+            raise GatewayError(
+                503, f"request refused: the gateway's queue is full ({e}); retry later",
+                type="service_unavailable", code="queue_full",
+                headers={"Retry-After": str(self.settings.retry_after_s)},
+            ) from None  # fmt: skip
+        if not released:
+            self.metrics.queued.labels(profile).set(flow.queued)
+            try:
+                await future
+            except BaseException:  # the client went away (cancelled) while queued
+                flow.cancel(w)
+                self.metrics.queued.labels(profile).set(flow.queued)
+                raise
+        self.metrics.queue_wait.labels(w.reason or "room").observe(w.queued_s())
+        return w
+
+    def _pump(self) -> None:
+        """The view's change hook: release what each flow-control queue lets go now."""
+        now = self.clock()
+        for profile, flow in self.flows.items():
+            if not flow.queued:
+                continue
+            released = flow.take(lambda m: self.view.candidates(m, now), now)
+            for w in released:
+                fut = w.payload
+                if isinstance(fut, asyncio.Future) and not fut.done():
+                    fut.set_result(None)
+            if released:
+                self.metrics.queued.labels(profile).set(flow.queued)
+
+    async def _decide(
+        self,
+        req: ParsedRequest,
+        obj: RequestObjectives,
+        profile: str,
+        cands: list[Candidate],
+        tokens: list[int],
+        hashes: list[int] | None = None,
+        waiter: Waiter | None = None,
+    ) -> RoutingDecision:
+        """Prepare, predict and schedule one request over ``cands``."""
         prep = routing.prepare(
             self.scheduling, self.schedulers, self.index, cands, tokens,
             model=req.model, profile=profile,
             max_tokens=req.max_tokens or self.settings.default_max_tokens,
             streaming=req.stream, slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms,
-            priority=obj.priority,
+            priority=obj.priority, cost=self.view.cost, hashes=hashes,
+            queued_s=waiter.queued_s() if waiter is not None else 0.0,
         )  # fmt: skip
         sched, cr = prep.scheduler, prep.rows
 
@@ -262,7 +350,7 @@ class Gateway:
         ranked = [
             RoutedPod(
                 i,
-                cands[i],
+                cr.candidates[i],
                 cr.rows[i],
                 cr.prefix_scores[i],
                 preds[i] if preds else None,

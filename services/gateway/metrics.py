@@ -68,6 +68,21 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "headroom_gateway_in_flight_requests", "Requests being proxied", registry=r
         )
+        self.queued = Gauge(
+            "headroom_gateway_queued_requests",
+            "Requests waiting in the gateway's flow-control queue, by profile",
+            ["profile"], registry=r,
+        )  # fmt: skip
+        self.queue_wait = Histogram(
+            "headroom_gateway_queue_wait_seconds",
+            "Time requests waited in the flow-control queue (released ones), by release reason",
+            ["reason"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.queue_rejected = Counter(
+            "headroom_gateway_queue_rejected",
+            "Requests refused because the flow-control queue was full (503)",
+            ["profile"], registry=r,
+        )  # fmt: skip
         self.ttft = Histogram(
             "inference_objective_request_ttft_seconds", "Observed time to first token",
             ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,

@@ -194,7 +194,7 @@ class _Exchange:
     def on_event(self, raw: bytes, chunk: dict[str, Any], now: float) -> bytes | None:
         """Account a chunk; returns the SSE bytes to forward to a streaming client (or None)."""
         if self.acc.feed(chunk, now) and self.acc.token_chunks == 1:
-            self.gw.view.on_first_token(self.request_id)
+            self.gw.view.on_first_token(self.request_id, self.gw.clock())
         if not self.parsed.stream:
             return None
         if "usage" in chunk and not self.parsed.include_usage:

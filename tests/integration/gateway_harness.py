@@ -13,9 +13,11 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 from nats.aio.client import Client as NATS
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.gateway.scheduling.config import DEFAULT_CONFIG_PATH
 from services.gateway.server import RunningGateway, start_gateway
 from services.gateway.settings import GatewaySettings
 from services.simulator.server import start_pod
@@ -187,6 +189,32 @@ async def gateway_stack(
             await nc.close()
         for p in pods:
             await p.stop()
+
+
+PREDICTED = "predicted-headroom"  # a deterministic predicted-headroom profile for tests
+
+
+def predicted_profiles(tmp_path) -> str:
+    """The shipped profiles plus ``predicted-headroom``: producer, admitter, SLO tier
+    filter, latency scorer (``most``) and max-score picker. It exercises the predicted-SLO
+    machinery llm-d's profile has, without its weighted-random pick, so tests can expect one
+    pod."""
+    doc = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    doc["plugins"].append(
+        {
+            "type": "latency-scorer",
+            "name": "most-latency-scorer",
+            "parameters": {"strategy": "most"},
+        }
+    )
+    doc["profiles"].append({"name": PREDICTED, "plugins": [
+        {"pluginRef": "latency-producer"}, {"pluginRef": "latency-slo-admitter"},
+        {"pluginRef": "slo-headroom-tier-filter"}, {"pluginRef": "most-latency-scorer"},
+        {"pluginRef": "max-score-picker"},
+    ]})  # fmt: skip
+    path = tmp_path / "profiles-predicted.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
 
 
 Responder = Callable[[list[list[float]]], Awaitable[bytes | None]]

@@ -12,7 +12,15 @@ import pytest
 from shared.features import FEATURES, PodLoad, build_row
 from shared.schemas import PredictReply
 from shared.tokenizer import count_tokens, render_chat, synth_text
-from tests.integration.gateway_harness import MODEL, gateway_stack, metric, predictor, wait_for
+from tests.integration.gateway_harness import (
+    MODEL,
+    PREDICTED,
+    gateway_stack,
+    metric,
+    predicted_profiles,
+    predictor,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,8 +145,9 @@ async def test_fallback_reasons(isolated):
         assert all(s.routing == "fallback" for s, _ in await st.samples(4))
 
 
-async def test_predicted_routing_picks_the_lowest_prediction(isolated):
-    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+async def test_predicted_routing_picks_the_lowest_prediction(isolated, tmp_path):
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS, profile=PREDICTED,
+                             profiles_path=predicted_profiles(tmp_path)) as st:  # fmt: skip
         await st.snapshot(loads=LOADS)  # fallback would pick pod-0 (idle)
 
         async def predict(rows):

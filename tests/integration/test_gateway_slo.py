@@ -16,7 +16,15 @@ from services.gateway.scheduling.config import DEFAULT_CONFIG_PATH
 from services.gateway.scheduling.params import ConfigError
 from services.gateway.settings import GatewaySettings
 from shared.schemas import PredictReply
-from tests.integration.gateway_harness import MODEL, gateway_stack, metric, predictor, wait_for
+from tests.integration.gateway_harness import (
+    MODEL,
+    PREDICTED,
+    gateway_stack,
+    metric,
+    predicted_profiles,
+    predictor,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,14 +61,15 @@ async def _post(st, path, body, headers=None):
 
 
 @pytest.mark.parametrize("kind", ["completions", "chat"])
-async def test_slo_headers_change_routing(isolated, kind):
+async def test_slo_headers_change_routing(isolated, kind, tmp_path):
     path = CMPL if kind == "completions" else CHAT
-    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS, profile=PREDICTED,
+                             profiles_path=predicted_profiles(tmp_path)) as st:  # fmt: skip
         await st.snapshot(loads=LOADS)
         async with predictor(st, _fixed):
             status, h, _ = await _post(st, path, _body(kind))
             assert status == 200 and h["x-headroom-pod"] == "pod-0"
-            assert h["x-headroom-routing"] == "predicted" and h["x-headroom-profile"] == "headroom"
+            assert h["x-headroom-routing"] == "predicted" and h["x-headroom-profile"] == PREDICTED
             status, h, _ = await _post(st, path, _body(kind), SLO)
             assert status == 200 and h["x-headroom-pod"] == "pod-1"
             # the aliases work the same way
@@ -120,8 +129,9 @@ async def test_invalid_headers_get_400_naming_the_header(isolated):
                 assert "x-request-id" in h
 
 
-async def test_slo_violations_are_counted(isolated):
-    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+async def test_slo_violations_are_counted(isolated, tmp_path):
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS, profile=PREDICTED,
+                             profiles_path=predicted_profiles(tmp_path)) as st:  # fmt: skip
         await st.snapshot(loads=LOADS)
         impossible = {"x-llm-d-slo-ttft-ms": "0.001", "x-llm-d-slo-tpot-ms": "0.001"}
         generous = {"x-llm-d-slo-ttft-ms": "600000", "x-llm-d-slo-tpot-ms": "600000"}
@@ -142,18 +152,20 @@ async def test_slo_violations_are_counted(isolated):
                       model_name=MODEL) == 4  # fmt: skip
         for kind, ptype, name in (
             ("producer", "predicted-latency-producer", "latency-producer"),
-            ("filter", "prefix-cache-affinity-filter", "headroom-affinity-strict"),
-            ("scorer", "latency-scorer", "headroom-latency-scorer"),
+            ("admitter", "latency-slo-admitter", "latency-slo-admitter"),
+            ("filter", "slo-headroom-tier-filter", "slo-headroom-tier-filter"),
+            ("scorer", "latency-scorer", "most-latency-scorer"),
             ("picker", "max-score-picker", "max-score-picker"),
         ):
             assert metric(m, "headroom_gateway_scheduler_plugin_duration_seconds_count",
                           kind=kind, plugin_type=ptype, plugin_name=name) == 4  # fmt: skip
         assert metric(m, "headroom_gateway_scheduler_duration_seconds_count",
-                      profile="headroom") == 4  # fmt: skip
+                      profile=PREDICTED) == 4  # fmt: skip
 
 
-async def test_running_tpot_slo_steers_later_requests_away(isolated):
-    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+async def test_running_tpot_slo_steers_later_requests_away(isolated, tmp_path):
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS, profile=PREDICTED,
+                             profiles_path=predicted_profiles(tmp_path)) as st:  # fmt: skip
         await st.snapshot(loads=LOADS)
 
         async def same(rows):  # identical pods except that pod-0 looks a bit faster

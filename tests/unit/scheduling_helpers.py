@@ -25,17 +25,20 @@ class P:
     blocks: int = 0
     pred: tuple[float, float] | None = None
     tpot_slo: float | None = None  # tightest running TPOT SLO
+    backlog: float = 0.0  # seconds of prefill queued (the pod view's cost-model estimate)
+    service: float = 0.1  # this request's own prefill estimate there, seconds
+    protected: int = 0  # decoding requests still within their SLO
 
 
 def rows_of(pods: list[P], input_tokens: int = 100) -> CandidateRows:
     cands = [
         Candidate(f"pod-{i}", f"http://pod-{i}", PodLoad(p.waiting, p.running, p.kv), False,
-                  None, p.in_flight, p.tpot_slo)
+                  None, p.in_flight, p.tpot_slo, p.backlog, p.protected)
         for i, p in enumerate(pods)
     ]  # fmt: skip
     scores = [p.prefix for p in pods]
     rows = [build_row(input_tokens, s, c.load) for c, s in zip(cands, scores, strict=True)]
-    return CandidateRows(cands, scores, rows, [p.blocks for p in pods])
+    return CandidateRows(cands, scores, rows, [p.blocks for p in pods], [p.service for p in pods])
 
 
 def predictions_of(pods: list[P]) -> list[Prediction] | None:
@@ -49,8 +52,9 @@ def req(
     tpot: float | None = None,
     priority: int = 0,
     max_tokens: int = 100,
+    queued_s: float = 0.0,
 ) -> SchedulingRequest:
-    return SchedulingRequest("m", 100, (), ttft, tpot, priority, max_tokens)
+    return SchedulingRequest("m", 100, (), ttft, tpot, priority, max_tokens, queued_s=queued_s)
 
 
 def cycle(
@@ -65,7 +69,8 @@ def cycle(
     cr = rows_of(pods)
     states = [
         PodState(i, c, cr.prefix_scores[i], pods[i].blocks, c.in_flight,
-                 c.load.waiting + c.load.unseen_requests, c.load.running, c.load.kv_usage)
+                 c.load.waiting + c.load.unseen_requests, c.load.running, c.load.kv_usage,
+                 pods[i].service)
         for i, c in enumerate(cr.candidates)
     ]  # fmt: skip
     cyc = CycleState(request or req(), states, 0.0, random.Random(seed))

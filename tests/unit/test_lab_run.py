@@ -63,6 +63,20 @@ def test_same_seed_same_report_and_seed_matters(mooncake):
     assert a["ttft_ms"] != c["ttft_ms"]
 
 
+def test_flow_control_queues_in_the_lab_as_in_the_gateway(mooncake):
+    """headroom's flow control: on one overloaded pod requests wait in the gateway (sent to
+    dispatch grows), every request still completes, the run is deterministic, and training
+    samples measure TTFT from the dispatch, as the gateway's proxy does."""
+    kw = {"policy": "headroom", "pods": 1, "rate_scale": 20.0}
+    a, b = run_lab(cfg(mooncake, **kw)), run_lab(cfg(mooncake, **kw))
+    for r in (a, b):
+        r.pop("wall_seconds")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert a["completed"] == 80 and sum(a["flow"]["released"].values()) == 80
+    assert a["dispatch_ms"]["p90"] > 500.0  # waited in the gateway's queue
+    assert run_lab(cfg(mooncake, policy="gie-default"))["flow"] is None
+
+
 def test_learning_policy_trains_and_predicts(mooncake):
     r = run_lab(cfg(mooncake, policy="headroom", mape_after=30,
                     trainer_overrides={**FAST_TRAINER, "objective": "both"}))  # fmt: skip

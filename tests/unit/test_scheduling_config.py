@@ -161,6 +161,15 @@ def _set(path, value):
         (_set(["objectives", "*"], {"priority": "high"}), "'priority' must be an integer"),
         (_set(["objectives", "*"], {"priority": 5000}), "'priority' must be in -1000..1000"),
         (_set(["objectives", "*"], {"slo": 1}), "unknown key 'slo'"),
+        (_set(["profiles", 0, "flowControl"], {"enabled": True, "maxBacklog": 1}),
+         "profile 'a': flowControl: unknown parameter 'maxBacklog'"),
+        (_set(["profiles", 0, "flowControl"], {"order": "lifo"}),
+         "flowControl: parameter 'order' must be one of shortest, fifo"),
+        (_set(["profiles", 0, "flowControl"], {"maxBacklogS": 0}),
+         "flowControl: parameter 'maxBacklogS' must be > 0"),
+        (_set(["profiles", 0, "flowControl"], {"maxQueued": 0.5}),
+         "flowControl: parameter 'maxQueued' must be an integer"),
+        (_set(["profiles", 0, "flowControl"], [1]), "flowControl"),
     ],
 )  # fmt: skip
 def test_bad_configs(doc, needle):
@@ -185,6 +194,15 @@ def test_two_pickers_or_producers_are_rejected():
     doc["profiles"][1]["plugins"].append({"pluginRef": "p2"})
     with pytest.raises(ConfigError, match="at most one producer"):
         parse_config(doc)
+
+
+def test_flow_control_block():
+    doc = copy.deepcopy(GOOD)
+    doc["profiles"][0]["flowControl"] = {"enabled": True, "maxBacklogS": 2, "routeTo": "any"}
+    cfg = parse_config(doc)
+    f = cfg.flow("a")
+    assert (f.enabled, f.max_backlog_s, f.route_to, f.order) == (True, 2.0, "any", "shortest")
+    assert not cfg.flow("b").enabled and not cfg.flow("nope").enabled
 
 
 def test_unknown_profile():
@@ -227,6 +245,14 @@ def test_shipped_profiles():
     assert llmd.producer.params["sloBufferFactor"] == 1.0
     assert llmd.predict_budget_ms == 400.0
     assert cfg.scheduler("headroom").needs_predictions
+    head = cfg.scheduler("headroom")
+    assert [type(p).TYPE for p in head.plugins] == [
+        "predicted-latency-producer", "latency-slo-admitter", "latency-cost-scorer",
+        "max-score-picker",
+    ]  # fmt: skip
+    f = cfg.flow("headroom")
+    assert (f.enabled, f.max_backlog_s, f.order, f.route_to) == (True, 0.5, "shortest", "any")
+    assert not any(cfg.flow(p).enabled for p in cfg.profiles if p != "headroom")
 
 
 def test_shipped_file_writes_out_every_parameter_of_every_plugin_it_declares():

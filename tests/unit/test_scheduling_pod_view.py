@@ -172,3 +172,80 @@ def test_candidates_carry_in_flight_counts_and_the_tightest_tpot_slo():
     v.on_dispatch("r4", "a", 10, 10, now=100.2, tpot_slo_ms=10.0)
     a, b = v.candidates(MODEL, now=100.5)
     assert (a.tightest_tpot_slo_ms, b.in_flight, b.tightest_tpot_slo_ms) == (10.0, 0, None)
+
+
+# --- backlog, protected decodes, the cost model, the change hook ---------------------------
+def test_backlog_is_the_estimated_prefill_of_requests_without_a_first_token():
+    v = view(rec("a"))
+    e1, e2 = v.cost.estimate(1000, 500), v.cost.estimate(3000, 0)  # fixed at dispatch
+    v.on_dispatch("r1", "a", 1000, 10, 100.0, cached_tokens=500)
+    v.on_dispatch("r2", "a", 3000, 10, 100.0)
+    (c,) = v.candidates(MODEL, 100.0)
+    assert c.backlog_s == pytest.approx(e1 + e2)
+    v.on_first_token("r1", 100.2)  # r1 went to an idle pod: the model learns from it
+    assert v.cost.observations == 1
+    assert v.candidates(MODEL, 100.2)[0].backlog_s == pytest.approx(e2)
+    v.on_finish("r2")  # failed before its first token
+    v.on_finish("r1")
+    assert v.candidates(MODEL, 101.0)[0].backlog_s == 0.0
+
+
+def test_protected_decodes_are_the_ones_within_their_ttft_slo():
+    v = view(rec("a"))
+    v.on_dispatch("fast", "a", 100, 10, 100.0, ttft_slo_ms=500)
+    v.on_dispatch("slow", "a", 100, 10, 100.0, ttft_slo_ms=500)
+    v.on_dispatch("free", "a", 100, 10, 100.0)  # no SLO: always worth protecting
+    v.on_first_token("fast", 100.3)
+    v.on_first_token("slow", 100.9)  # missed its 500 ms
+    v.on_first_token("free", 105.0)
+    assert v.candidates(MODEL, 105.0)[0].protected_decodes == 2
+    v.on_first_token("fast")  # idempotent
+    v.on_finish("fast")
+    v.on_finish("slow")
+    assert v.candidates(MODEL, 106.0)[0].protected_decodes == 1
+    v.on_first_token("x")  # unknown ids are ignored
+    # without a time the SLO cannot be judged: counted as protected
+    v.on_dispatch("n", "a", 100, 10, 106.0, ttft_slo_ms=1)
+    v.on_first_token("n")
+    assert v.candidates(MODEL, 106.0)[0].protected_decodes == 2
+
+
+def test_only_requests_dispatched_to_an_idle_pod_teach_the_cost_model():
+    v = view(rec("a"), rec("b", waiting=3))
+    v.on_dispatch("r1", "a", 2000, 10, 100.0)  # idle pod: teaches
+    v.on_dispatch("r2", "a", 2000, 10, 100.0)  # queued behind r1: does not
+    v.on_dispatch("r3", "b", 2000, 10, 100.0)  # the scrape shows a queue: does not
+    for rid in ("r1", "r2", "r3"):
+        v.on_first_token(rid, 100.5)
+    assert v.cost.observations == 1
+
+
+def test_the_change_hook_runs_whenever_load_falls():
+    v = view(rec("a"))
+    calls = []
+    v.on_change = lambda: calls.append(1)
+    v.on_dispatch("r1", "a", 10, 10, 100.0)
+    assert calls == []  # more load: nothing to release
+    v.on_first_token("r1", 100.1)
+    v.on_finish("r1")
+    v.apply_snapshot(PodSnapshot(pool="p", ts=101.0, pods=[rec("a", scraped_at=101.0)]))
+    assert len(calls) == 3
+
+
+def test_work_the_scrape_shows_beyond_our_own_counts_too():
+    """Another gateway's requests (or ones older than this gateway) show only in the scrape:
+    its waiting ones add backlog at our mean estimate, its running ones protected decodes."""
+    v = view(rec("a", waiting=3, running=5, scraped_at=100.0), rec("b", scraped_at=100.0))
+    mean = v.cost.estimate(0)  # nothing dispatched yet: the estimate of an empty prompt
+    a, b = v.candidates(MODEL, 100.5)
+    assert a.backlog_s == pytest.approx(3 * mean) and a.protected_decodes == 5
+    assert (b.backlog_s, b.protected_decodes) == (0.0, 0)
+    # our own requests that the scrape includes are not counted twice
+    v.on_dispatch("r1", "b", 1000, 10, 99.0)
+    v.apply_snapshot(PodSnapshot(pool="p", ts=100.0, pods=[
+        rec("a", waiting=3, running=5, scraped_at=100.0), rec("b", waiting=1, scraped_at=100.0),
+    ]))  # fmt: skip
+    b = v.candidates(MODEL, 100.5)[1]
+    assert b.backlog_s == pytest.approx(v.cost.estimate(1000)) and b.protected_decodes == 0
+    # a stale scrape says nothing about others
+    assert v.candidates(MODEL, 103.0)[0].backlog_s == 0.0

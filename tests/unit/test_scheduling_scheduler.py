@@ -50,7 +50,7 @@ def test_fallback_reason_defaults_to_no_predictions():
 
 
 def test_predicted_values_of_the_chosen_pod():
-    d = run("headroom", [P(pred=(100, 10), **BUSY), P(pred=(50, 20), **BUSY)])
+    d = run("headroom", [P(pred=(100, 10), backlog=1.0, **BUSY), P(pred=(50, 20), **BUSY)])
     assert d.chosen == 1 and (d.predicted_ttft_ms, d.predicted_tpot_ms) == (50, 20)
     d = run("headroom", [P(), P()])
     assert d.predicted_ttft_ms is None and d.predicted_tpot_ms is None
@@ -85,30 +85,48 @@ def test_shedding_decision():
         # the same request at priority 0 is routed, to the faster pod
         d = run(profile, pods, req(ttft=200, tpot=50, priority=0))
         assert d.admitted
+    pods[0].backlog = 0.5  # headroom ranks by the time it costs (cost model), not predictions
     assert run("headroom", pods, req(ttft=200, priority=0)).chosen == 1
     # heuristic profiles never shed
     assert run("gie-default", pods, req(ttft=200, priority=-1)).admitted
 
 
-def test_slo_headers_change_the_choice():
-    # pod 0 holds the prefix (cheap TTFT) but decodes slowly; pod 1 decodes fast
-    pods = [P(prefix=0.5, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]
+def test_headroom_weighs_own_latency_against_harm_to_decoding_requests():
+    # pod 0 has a second of prefill queued; pod 1 none but 40 protected decodes to slow down
+    pods = [P(backlog=1.0, service=0.5, **BUSY), P(backlog=0.0, service=0.5, protected=60)]
+    assert run("headroom", pods).chosen == 0  # 1.5 s < 0.5 s + 0.05 x 60 x 0.5 s
+    pods[1].protected = 10
+    assert run("headroom", pods).chosen == 1  # 1.5 s > 0.5 s + 0.05 x 10 x 0.5 s
+    # a cached prefix shows as a shorter own prefill
+    pods = [P(service=0.05, prefix=1.0, backlog=0.1), P(service=0.5)]
     assert run("headroom", pods).chosen == 0
-    assert run("headroom", pods, req(ttft=500, tpot=20)).chosen == 1
 
 
-def test_slo_headers_beat_prefix_affinity_only_in_headroom():
+def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
+    # the TTFT SLO (300 ms) is out of reach everywhere: the pod with the fewest protected
+    # decodes takes it even though its own wait there is the longest
+    pods = [P(backlog=0.5, service=0.4, protected=30), P(backlog=2.0, service=0.4, protected=0),
+            P(backlog=0.6, service=0.4, protected=5)]  # fmt: skip
+    d = run("headroom", pods, req(ttft=300))
+    assert d.chosen == 1 and d.notes["latency-cost-scorer"] == "hopeless"
+    # within reach: pod 2 (1.0 s + 0.05 x 5 x 0.4 s) beats pod 0 (0.9 s + 0.05 x 30 x 0.4 s)
+    d = run("headroom", pods, req(ttft=5000))
+    assert d.chosen == 2 and d.notes["latency-cost-scorer"] == "normal"
+    # time already spent in the gateway's queue counts against the SLO
+    assert run("headroom", pods, req(ttft=1500, queued_s=0.2)).chosen == 2
+    assert run("headroom", pods, req(ttft=1500, queued_s=0.7)).chosen == 1
+
+
+def test_slo_headers_beat_prefix_affinity_in_llmd_only_after_affinity():
     # pod 0 holds the whole prefix but decodes too slowly for the TPOT SLO
     pods = [P(prefix=1.0, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]
     slo = req(ttft=500, tpot=20)
-    assert run("headroom", pods).chosen == 0
-    assert run("headroom", pods, slo).chosen == 1
     llmd = Counter(run("llmd-predicted", pods, slo, seed=s).chosen for s in range(200))
     assert llmd[0] >= 190  # upstream: affinity runs before the SLO tiers
 
 
 def test_headroom_is_deterministic_and_llmd_is_weighted_random():
-    pods = [P(pred=(100 + 10 * i, 10), **BUSY) for i in range(8)]
+    pods = [P(pred=(100 + 10 * i, 10), backlog=0.1 * i, **BUSY) for i in range(8)]
     head = Counter(run("headroom", pods, seed=s).chosen for s in range(200))
     llmd = Counter(run("llmd-predicted", pods, seed=s).chosen for s in range(200))
     assert head == {0: 200}
@@ -124,13 +142,14 @@ def test_llmd_affinity_gates_strict_then_loose():
     pods[1] = P(prefix=1.0, pred=(9000, 10), **BUSY)
     chosen = Counter(run("llmd-predicted", pods, seed=s).chosen for s in range(300))
     assert chosen[0] > 3 * chosen[1] and chosen[2] <= 10
-    assert Counter(run("headroom", pods, seed=s).chosen for s in range(100))[0] >= 98
 
 
 def test_fallback_without_predictions_uses_the_composite():
     pods = [P(waiting=5, kv=0.9, **{"running": 3}), P(waiting=0, kv=0.1)]
-    assert run("headroom", pods).chosen == 1
-    assert run("headroom", pods).scores[1] == pytest.approx((0.9 + 1 + 0) / 3)
+    assert run("llmd-predicted", pods).chosen == 1
+    assert run("llmd-predicted", pods).scores[1] == pytest.approx((0.9 + 1 + 0) / 3)
+    # headroom needs no predictions to rank: the cost model's estimates are always there
+    assert run("headroom", [P(backlog=1.0), P()]).chosen == 1
 
 
 @pytest.mark.parametrize(

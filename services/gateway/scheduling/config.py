@@ -19,6 +19,9 @@ Format::
           - pluginRef: strict-affinity
           - pluginRef: queue-scorer
             weight: 2                        # scorers only, default 1
+        flowControl:                         # optional (scheduling/flow.py), default off
+          enabled: true
+          maxBacklogS: 0.5
     objectives:                              # optional: priority per model ("*" = default)
       "*": {priority: 0}
 
@@ -34,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from services.gateway.scheduling.params import ConfigError, parse_params
+from services.gateway.scheduling.flow import ORDERS, ROUTE_TO, FlowConfig
+from services.gateway.scheduling.params import ConfigError, Param, parse_params
 from services.gateway.scheduling.plugin import Registry
 from services.gateway.scheduling.plugins import default_registry
 from services.gateway.scheduling.scheduler import PluginTimer, Scheduler
@@ -54,6 +58,39 @@ class PluginSpec:
 class ProfileSpec:
     name: str
     plugins: tuple[tuple[PluginSpec, float], ...]  # (plugin, weight) in listed order
+    flow: FlowConfig = field(default_factory=FlowConfig)
+
+
+# A profile's ``flowControl`` block (services/gateway/scheduling/flow.py), parsed like a
+# plugin's parameters.
+FLOW_PARAMS = (
+    Param("enabled", bool, False, "Hold requests in the gateway while no pod has room"),
+    Param("maxBacklogS", float, 0.5, "A pod has room while the prefill this gateway queued on "
+          "it is estimated below this many seconds", lo=0.0, lo_open=True, hi=3600.0),
+    Param("order", str, "shortest", "Release order within a priority: shortest estimated "
+          "prefill first, or arrival order", choices=ORDERS),
+    Param("maxWaitS", float, 300.0, "A request queued this long is released to any pod (bounds "
+          "how long shortest-first can starve a long prompt)", lo=0.0, lo_open=True,
+          hi=86400.0),
+    Param("maxQueued", int, 10_000, "Requests that may wait; past that a request gets 503 "
+          "(queue_full) with Retry-After", lo=1, hi=10_000_000),
+    Param("bypassHopeless", bool, True, "Release at once (to any pod) a request whose TTFT SLO "
+          "no pod can meet any more"),
+    Param("routeTo", str, "room", "Route a released request among the pods with room, or "
+          "among all pods (the queue then only orders and paces)", choices=ROUTE_TO),
+)  # fmt: skip
+
+
+def flow_config(raw: Any, where: str) -> FlowConfig:
+    try:
+        p = parse_params("flowControl", "flowControl", FLOW_PARAMS, raw)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("plugin 'flowControl'", "flowControl")) from None
+    return FlowConfig(
+        enabled=p["enabled"], max_backlog_s=p["maxBacklogS"], order=p["order"],
+        max_wait_s=p["maxWaitS"], max_queued=p["maxQueued"],
+        bypass_hopeless=p["bypassHopeless"], route_to=p["routeTo"],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +116,11 @@ class SchedulingConfig:
             (self.registry.get(p.type)(p.name, p.params), weight) for p, weight in spec.plugins
         ]
         return Scheduler(spec.name, plugins, timer=timer)
+
+    def flow(self, profile: str) -> FlowConfig:
+        """The profile's flow-control settings (disabled when it has none)."""
+        spec = self.profiles.get(profile)
+        return spec.flow if spec is not None else FlowConfig()
 
     def objective(self, model: str) -> Objective:
         return self.objectives.get(model) or self.objectives.get("*") or Objective()
@@ -138,7 +180,7 @@ def parse_config(
         raise ConfigError(f"{source}: 'profiles' must be a non-empty list")
     for i, entry in enumerate(raw_profiles):
         where = f"{source}: profiles[{i}]"
-        e = _mapping(entry, where, {"name", "plugins"}, {"name", "plugins"})
+        e = _mapping(entry, where, {"name", "plugins", "flowControl"}, {"name", "plugins"})
         pname = _name(e["name"], f"{where}.name")
         where = f"{source}: profile '{pname}'"
         if pname in profiles:
@@ -172,7 +214,11 @@ def parse_config(
             raise ConfigError(f"{where}: needs exactly one picker, has {kinds.count('picker')}")
         if kinds.count("producer") > 1:
             raise ConfigError(f"{where}: at most one producer allowed")
-        profiles[pname] = ProfileSpec(pname, tuple(chosen))
+        try:
+            flow = flow_config(e.get("flowControl"), where)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        profiles[pname] = ProfileSpec(pname, tuple(chosen), flow)
 
     objectives: dict[str, Objective] = {}
     raw_obj = doc.get("objectives")

@@ -27,6 +27,7 @@ class SchedulingRequest:
     max_tokens: int = 256  # decode budget (the request's max_tokens or the gateway default)
     streaming: bool = True  # the client asked for a stream
     profile: str | None = None  # profile requested by header (the shell resolves it)
+    queued_s: float = 0.0  # time the request already spent in the gateway's queue
 
     @property
     def has_slo(self) -> bool:
@@ -45,6 +46,7 @@ class PodState:
     waiting: float  # scraped waiting + dispatched-since-scrape (the row's queue length)
     running: float
     kv_usage: float
+    service_s: float = 0.0  # estimated seconds to prefill this request's uncached part here
     # attached by the predicted-latency producer (None without predictions)
     pred_ttft_ms: float | None = None
     pred_tpot_ms: float | None = None

@@ -9,7 +9,21 @@ per pod, real-time counters of what it has itself dispatched:
   their first token yet,
 - ``decode_tokens_in_flight``: ``max_tokens`` of requests that are decoding,
 - ``unseen_requests``: in-flight requests dispatched after the pod's last scrape (the scraped
-  ``waiting``/``running`` cannot include them yet).
+  ``waiting``/``running`` cannot include them yet),
+- ``backlog_s``: estimated seconds of prefill queued on the pod: the sum of the idle-pod
+  prefill estimates (:class:`~services.gateway.scheduling.cost_model.PrefillCostModel`, at
+  dispatch) of this gateway's requests that have not produced their first token, plus the
+  waiting requests the fresh scrape shows beyond those (other gateways', or older than this
+  one) at this gateway's mean estimate. It is deliberately conservative: a prefill in
+  progress counts in full and every queued request brings its fixed per-request cost, which
+  together roughly make up for pods prefilling slower than idle while they decode (measured
+  in the routing lab; docs/scheduling.md),
+- ``protected_decodes``: decoding requests still worth protecting: this gateway's that met
+  their TTFT SLO (every one when it had none), plus the running requests the fresh scrape
+  shows beyond this gateway's.
+
+The view also trains the cost model: a request dispatched to a pod with nothing to prefill
+ahead of it reports its time to first token (``on_first_token(id, now)``) as its own prefill.
 
 A record older than ``stale_after_s`` is stale: its waiting/running numbers are replaced by
 the gateway's own counts (requests before their first token count as waiting, decoding ones
@@ -20,8 +34,10 @@ Pure: no I/O, no clock. ``now`` is unix seconds (the records' ``scraped_at`` is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.gateway.scheduling.cost_model import PrefillCostModel
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
 
@@ -34,6 +50,11 @@ class _Ticket:
     dispatched_at: float
     decoding: bool = False
     tpot_slo_ms: float | None = None
+    cached_tokens: float = 0.0
+    service_s: float = 0.0  # estimated prefill seconds (counted in the pod's backlog)
+    ttft_slo_ms: float | None = None
+    idle: bool = False  # nothing to prefill ahead at dispatch: its TTFT is its own prefill
+    protected: bool = True  # met its TTFT SLO (or had none): counted while decoding
 
 
 @dataclass(slots=True)
@@ -44,6 +65,8 @@ class _InFlight:
     prefilling: int = 0
     decoding: int = 0
     slo_tickets: int = 0  # tickets carrying a TPOT SLO
+    backlog_s: float = 0.0  # estimated prefill seconds of the prefilling tickets
+    protected: int = 0  # decoding tickets that met their TTFT SLO (or had none)
     tickets: dict[str, _Ticket] = field(default_factory=dict)
 
     def tightest_tpot_slo(self) -> float | None:
@@ -65,6 +88,8 @@ class Candidate:
     record: PodRecord | None = None
     in_flight: int = 0
     tightest_tpot_slo_ms: float | None = None
+    backlog_s: float = 0.0  # estimated seconds of prefill this gateway has queued there
+    protected_decodes: int = 0  # decoding requests a new prefill would slow down
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +104,13 @@ class PodCounts:
 
 
 class PodView:
-    def __init__(self, stale_after_s: float = 2.0) -> None:
+    def __init__(self, stale_after_s: float = 2.0, cost: PrefillCostModel | None = None) -> None:
         self.stale_after_s = stale_after_s
+        self.cost = cost if cost is not None else PrefillCostModel()
+        # called after a pod's load fell (a first token, a finished request, a snapshot):
+        # the shell's flow control may release queued requests then
+        self.on_change: Callable[[], None] | None = None
+        self._mean_service_s: float | None = None  # EWMA of dispatched requests' estimates
         self._records: dict[str, PodRecord] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._tickets: dict[str, _Ticket] = {}  # request id -> ticket
@@ -95,6 +125,11 @@ class PodView:
             if old is None or rec.scraped_at >= old.scraped_at:
                 records[rec.name] = rec
         self._records = records
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def record(self, pod: str) -> PodRecord | None:
         return self._records.get(pod)
@@ -123,13 +158,33 @@ class PodView:
             if not rec.ready or model not in rec.models:
                 continue
             fl = self._inflight.get(name)
+            load = self._load(rec, now)
+            backlog, protected = self._pressure(rec, fl, load, now)
             out.append(
                 Candidate(
-                    name, rec.url, self._load(rec, now), self.is_stale(rec, now), rec,
+                    name, rec.url, load, self.is_stale(rec, now), rec,
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
+                    backlog, protected,
                 )
             )  # fmt: skip
         return out
+
+    def _pressure(
+        self, rec: PodRecord, fl: _InFlight | None, load: PodLoad, now: float
+    ) -> tuple[float, int]:
+        """(backlog_s, protected_decodes): this gateway's, plus what a fresh scrape shows
+        beyond this gateway's own requests (see the module docstring)."""
+        backlog = fl.backlog_s if fl else 0.0
+        protected = fl.protected if fl else 0
+        if self.is_stale(rec, now):
+            return backlog, protected
+        seen = (fl.requests if fl else 0) - load.unseen_requests  # ours the scrape may show
+        others = rec.waiting + rec.running - seen
+        if others <= 0:
+            return backlog, protected
+        waiting = min(others, rec.waiting)
+        mean = self._mean_service_s if self._mean_service_s is not None else self.cost.estimate(0)
+        return backlog + waiting * mean, protected + int(others - waiting)
 
     def _load(self, rec: PodRecord, now: float) -> PodLoad:
         fl = self._inflight.get(rec.name) or _InFlight()
@@ -172,22 +227,37 @@ class PodView:
         max_tokens: float,
         now: float,
         tpot_slo_ms: float | None = None,
+        *,
+        cached_tokens: float = 0.0,
+        ttft_slo_ms: float | None = None,
     ) -> None:
-        """A request was sent to ``pod`` (with its TPOT SLO, if any). A request id already in
-        flight is finished first (a retry on another pod reuses the id)."""
+        """A request was sent to ``pod`` with ``prefill_tokens`` uncached prompt tokens after
+        ``cached_tokens`` cached ones (and its SLOs, if any). A request id already in flight
+        is finished first (a retry on another pod reuses the id)."""
         self.on_finish(request_id)
-        t = _Ticket(pod, max(0.0, prefill_tokens), max(0.0, max_tokens), now, False, tpot_slo_ms)
-        self._tickets[request_id] = t
         fl = self._inflight.setdefault(pod, _InFlight())
+        rec = self._records.get(pod)
+        idle = fl.prefilling == 0 and (rec is None or rec.waiting <= 0 or self.is_stale(rec, now))
+        u, c = max(0.0, prefill_tokens), max(0.0, cached_tokens)
+        t = _Ticket(
+            pod, u, max(0.0, max_tokens), now, False, tpot_slo_ms, c, self.cost.estimate(u, c),
+            ttft_slo_ms, idle,
+        )  # fmt: skip
+        self._tickets[request_id] = t
         fl.tickets[request_id] = t
         fl.requests += 1
         fl.slo_tickets += tpot_slo_ms is not None
         fl.prefilling += 1
         fl.prefill_tokens += t.prefill_tokens
+        fl.backlog_s += t.service_s
+        m = self._mean_service_s
+        self._mean_service_s = t.service_s if m is None else m + 0.05 * (t.service_s - m)
 
-    def on_first_token(self, request_id: str) -> None:
-        """The request's first token arrived: its prompt is no longer prefill work; its
-        ``max_tokens`` become decode work. Idempotent."""
+    def on_first_token(self, request_id: str, now: float | None = None) -> None:
+        """The request's first token arrived (at ``now``, when the caller knows it): its
+        prompt is no longer prefill work; its ``max_tokens`` become decode work. With ``now``,
+        its TTFT (since dispatch) decides whether it met its TTFT SLO, and a request that had
+        nothing to prefill ahead of it teaches the cost model. Idempotent."""
         t = self._tickets.get(request_id)
         if t is None or t.decoding:
             return
@@ -195,8 +265,17 @@ class PodView:
         fl = self._inflight[t.pod]
         fl.prefilling -= 1
         fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
+        fl.backlog_s = _clamp(fl.backlog_s - t.service_s)
         fl.decoding += 1
         fl.decode_tokens += t.max_tokens
+        if now is not None:
+            ttft_s = now - t.dispatched_at
+            if t.ttft_slo_ms is not None:
+                t.protected = ttft_s * 1000.0 <= t.ttft_slo_ms
+            if t.idle:
+                self.cost.observe(t.prefill_tokens, t.cached_tokens, ttft_s)
+        fl.protected += t.protected
+        self._changed()
 
     def on_finish(self, request_id: str) -> None:
         """The request ended for any reason (success, failure, client disconnect).
@@ -211,11 +290,14 @@ class PodView:
         if t.decoding:
             fl.decoding -= 1
             fl.decode_tokens = _clamp(fl.decode_tokens - t.max_tokens)
+            fl.protected -= t.protected
         else:
             fl.prefilling -= 1
             fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
+            fl.backlog_s = _clamp(fl.backlog_s - t.service_s)
         if fl.requests == 0:
             del self._inflight[t.pod]
+        self._changed()
 
     def total_in_flight(self) -> int:
         return len(self._tickets)

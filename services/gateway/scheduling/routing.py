@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.gateway.scheduling.config import SchedulingConfig
+from services.gateway.scheduling.cost_model import PrefillCostModel
 from services.gateway.scheduling.cycle import Decision, SchedulingRequest
 from services.gateway.scheduling.pod_view import Candidate, PodView
 from services.gateway.scheduling.prediction import Prediction
@@ -61,23 +62,43 @@ def prepare(
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     priority: int | None = None,
+    cost: PrefillCostModel | None = None,
+    hashes: Sequence[int] | None = None,
+    queued_s: float = 0.0,
 ) -> PreparedRequest:
     """Build the cycle's inputs for a prompt of ``tokens`` over ``candidates`` (non-empty).
 
     ``priority`` None takes the model objective's priority from ``config``; the prefix
-    blocks are hashed once here and reused by :func:`on_accepted`."""
+    blocks are hashed here (unless ``hashes`` already are) and reused by :func:`on_accepted`;
+    ``cost`` (the pod view's cost model) adds each pod's estimated prefill seconds;
+    ``queued_s`` is the time the request already waited in the gateway's queue."""
     sched = schedulers[profile]
     if priority is None:
         priority = config.objective(model).priority
-    hashes = index.hashes(tokens)
+    if hashes is None:
+        hashes = index.hashes(tokens)
     n = len(tokens)
-    rows = build_candidate_rows(candidates, n, hashes, index)
+    rows = build_candidate_rows(candidates, n, hashes, index, cost)
     request = SchedulingRequest(
         model=model, input_tokens=n, prefix_hashes=hashes, slo_ttft_ms=slo_ttft_ms,
         slo_tpot_ms=slo_tpot_ms, priority=priority, max_tokens=max_tokens,
-        streaming=streaming, profile=profile,
+        streaming=streaming, profile=profile, queued_s=queued_s,
     )  # fmt: skip
     return PreparedRequest(sched, request, rows)
+
+
+def best_service_s(
+    cost: PrefillCostModel,
+    index: PrefixIndex,
+    candidates: Sequence[Candidate],
+    tokens: Sequence[int],
+    hashes: Sequence[int],
+) -> float:
+    """The request's shortest estimated prefill over the candidates (its prefix hits
+    included): the key of the flow-control queue's shortest-first order."""
+    n = len(tokens)
+    scores = index.scores((c.name for c in candidates), hashes)
+    return min((cost.estimate((1.0 - s) * n, s * n) for s in scores), default=0.0)
 
 
 def decide(
@@ -104,13 +125,16 @@ def on_dispatch(
 ) -> None:
     """The request is being sent to candidate ``i``: count it in flight there."""
     req = prepared.request
+    uncached = prepared.rows.uncached_tokens(i, req.input_tokens)
     view.on_dispatch(
         request_id,
         prepared.rows.candidates[i].name,
-        prepared.rows.uncached_tokens(i, req.input_tokens),
+        uncached,
         req.max_tokens,
         now,
         req.slo_tpot_ms,
+        cached_tokens=req.input_tokens - uncached,
+        ttft_slo_ms=req.slo_ttft_ms,
     )
 
 

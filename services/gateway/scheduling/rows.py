@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.gateway.scheduling.cost_model import PrefillCostModel
 from services.gateway.scheduling.pod_view import Candidate
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from shared.features import build_row
@@ -23,6 +24,7 @@ class CandidateRows:
     prefix_scores: list[float]
     rows: list[list[float]]
     cached_blocks: list[int] | None = None  # prefix-index blocks per pod (None: unknown)
+    service_s: list[float] | None = None  # estimated own prefill seconds per pod (cost model)
 
     def uncached_tokens(self, i: int, input_tokens: int) -> float:
         """Prompt tokens candidate ``i`` is expected to prefill (not covered by its cache)."""
@@ -34,8 +36,14 @@ def build_candidate_rows(
     input_tokens: int,
     hashes: Sequence[int],
     index: PrefixIndex,
+    cost: PrefillCostModel | None = None,
 ) -> CandidateRows:
+    """Rows, prefix scores and index sizes per candidate; with ``cost``, also the estimated
+    seconds each pod needs to prefill the prompt's part it does not have cached."""
     cands = list(candidates)
     scores = index.scores((c.name for c in cands), hashes)
     rows = [build_row(input_tokens, s, c.load) for c, s in zip(cands, scores, strict=True)]
-    return CandidateRows(cands, scores, rows, [index.blocks(c.name) for c in cands])
+    service = None
+    if cost is not None:
+        service = [cost.estimate((1.0 - s) * input_tokens, s * input_tokens) for s in scores]
+    return CandidateRows(cands, scores, rows, [index.blocks(c.name) for c in cands], service)

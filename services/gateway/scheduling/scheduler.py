@@ -98,13 +98,14 @@ class Scheduler:
         if predictions is not None and len(predictions) != n:
             raise ValueError("predictions and candidates differ in length")
         blocks = rows.cached_blocks or [0] * n
+        service = rows.service_s or [0.0] * n
         pods = []
         for i, c in enumerate(cands):
             ld = c.load
             pods.append(
                 PodState(
                     i, c, rows.prefix_scores[i], blocks[i], c.in_flight,
-                    ld.waiting + ld.unseen_requests, ld.running, ld.kv_usage,
+                    ld.waiting + ld.unseen_requests, ld.running, ld.kv_usage, service[i],
                 )
             )  # fmt: skip
         cycle = CycleState(request, pods, now, rng)

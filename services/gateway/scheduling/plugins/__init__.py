@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.gateway.scheduling.plugin import Plugin, Registry
 from services.gateway.scheduling.plugins.admitters import LatencySloAdmitter
+from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 from services.gateway.scheduling.plugins.filters import (
     LongestPrefixFilter,
     PrefixCacheAffinityFilter,
@@ -32,6 +33,7 @@ ALL_PLUGINS: tuple[type[Plugin], ...] = (
     SloHeadroomTierFilter,
     LongestPrefixFilter,
     LatencyScorer,
+    LatencyCostScorer,
     QueueScorer,
     KvCacheUtilizationScorer,
     PrefixScorer,

@@ -1,0 +1,127 @@
+"""How long a pod needs to prefill a prompt, learned online from the gateway's own traffic.
+
+A model server prefills ``u`` uncached prompt tokens after ``c`` cached ones in roughly
+
+    t(u, c) = a + b * u + d * u * (c + u / 2)
+
+seconds: a fixed cost per request (HTTP, tokenizer, scheduling), the linear layers (per new
+token) and attention (every new token attends to the cached context and, on average, half
+of its own chunk). The gateway observes ``t`` directly whenever a request is dispatched to a
+pod with no prefill work ahead of it: its time to first token *is* its own prefill. Those
+observations are fitted by exponentially weighted least squares on relative errors (each
+observation weighted by 1/t^2, so a 50 ms prefill counts as much as a 50 s one), shrunk
+towards a prior so that the first few samples cannot produce a wild model, and the
+coefficients are kept non-negative.
+
+The estimate drives what the XGBoost predictions cannot give per pod and per queued request
+cheaply: the seconds of prefill already queued on each pod (its *backlog*), the service
+time that orders the gateway's queue (services/gateway/scheduling/flow.py), and the delay a
+new prefill inflicts on the requests decoding on a pod (latency-cost-scorer).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# H100-class priors (docs/scheduling.md): 30 ms per request, ~35k tokens/s of linear layers,
+# attention 2.6 ns per (new token x context token). Replaced by what the pods show within a
+# few dozen samples; the prior only keeps the first fits sane.
+PRIOR = (0.030, 2.8e-5, 2.6e-9)
+_SCALE = (1.0, 1e4, 1e8)  # typical feature sizes, so the normal equations are well scaled
+
+
+@dataclass(frozen=True, slots=True)
+class CostModelConfig:
+    prior: tuple[float, float, float] = PRIOR
+    prior_weight: float = 1.0  # the prior counts as this many observations
+    decay: float = 0.999  # weight of the past per observation (~1,000-sample memory)
+    min_seconds: float = 1e-4  # observations below this (clock noise) are ignored
+    max_seconds: float = 600.0  # and above this (a stalled pod) too
+
+
+class PrefillCostModel:
+    """Online fit of ``t(u, c)``; see the module docstring."""
+
+    def __init__(self, config: CostModelConfig | None = None) -> None:
+        self.config = config or CostModelConfig()
+        self.observations = 0
+        w = self.config.prior_weight
+        p = [x / s for x, s in zip(self.config.prior, _SCALE, strict=True)]
+        # normal equations of the scaled problem: A theta = y, seeded with the prior as w
+        # pseudo-observations of each coefficient (ridge towards the prior)
+        self._a = [[w if i == j else 0.0 for j in range(3)] for i in range(3)]
+        self._y = [w * p[i] for i in range(3)]
+        self._theta = tuple(self.config.prior)
+
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        """(a seconds, b seconds per token, d seconds per token pair)."""
+        return self._theta
+
+    @staticmethod
+    def _x(uncached: float, cached: float) -> tuple[float, float, float]:
+        u = max(0.0, uncached)
+        c = max(0.0, cached)
+        return (1.0, u / _SCALE[1], u * (c + u / 2.0) / _SCALE[2])
+
+    def estimate(self, uncached: float, cached: float = 0.0) -> float:
+        """Seconds to prefill ``uncached`` tokens after ``cached`` ones on an idle pod."""
+        a, b, d = self._theta
+        u = max(0.0, uncached)
+        return a + b * u + d * u * (max(0.0, cached) + u / 2.0)
+
+    def observe(self, uncached: float, cached: float, seconds: float) -> bool:
+        """Learn from one request's measured prefill (its TTFT on an idle pod); returns
+        whether the observation was used."""
+        cfg = self.config
+        if not (cfg.min_seconds <= seconds <= cfg.max_seconds):
+            return False
+        x = self._x(uncached, cached)
+        lam = cfg.decay
+        w = cfg.prior_weight * (1.0 - lam)  # keeps the prior's pull from fading away
+        p = [v / s for v, s in zip(cfg.prior, _SCALE, strict=True)]
+        r = 1.0 / (seconds * seconds)  # relative least squares: 50 ms and 50 s count alike
+        for i in range(3):
+            for j in range(3):
+                self._a[i][j] = lam * self._a[i][j] + r * x[i] * x[j] + (w if i == j else 0.0)
+            self._y[i] = lam * self._y[i] + r * x[i] * seconds + w * p[i]
+        self.observations += 1
+        self._theta = self._solve()
+        return True
+
+    def _solve(self) -> tuple[float, float, float]:
+        """Least squares with non-negative coefficients: drop a coefficient that comes out
+        negative (it is 0) and solve for the rest, until all are >= 0."""
+        free = [0, 1, 2]
+        while free:
+            sol = _solve_subset(self._a, self._y, free)
+            if sol is None:
+                break
+            neg = [k for k, v in zip(free, sol, strict=True) if v < 0]
+            if not neg:
+                theta = [0.0, 0.0, 0.0]
+                for k, v in zip(free, sol, strict=True):
+                    theta[k] = v * (1.0 / _SCALE[k])
+                return (theta[0], theta[1], theta[2])
+            free = [k for k in free if k not in neg]
+        return self._theta
+
+
+def _solve_subset(a: list[list[float]], y: list[float], idx: list[int]) -> list[float] | None:
+    """Solve the normal equations restricted to the coefficients ``idx`` (Gaussian
+    elimination with partial pivoting); None when singular."""
+    n = len(idx)
+    m = [[a[i][j] for j in idx] + [y[i]] for i in idx]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for k in range(col, n + 1):
+                    m[r][k] -= f * m[col][k]
+    return [m[i][n] / m[i][i] for i in range(n)]

@@ -1,0 +1,237 @@
+"""Flow control: hold requests in the gateway while every pod is busy prefilling, release them
+best first, and route each one at release time (late binding).
+
+A pod *has room* when the prefill this gateway has queued on it (the pod view's
+``backlog_s``, estimated by the cost model) is below ``max_backlog_s``. While some pod for
+the request's model has room, requests pass straight through. Otherwise they wait here and
+are released, as pods make room, in order of
+
+1. priority (higher first),
+2. ``order: shortest`` (default): the shortest estimated prefill first (the request's best
+   service time over the pods, prefix hits included), which keeps short prompts from
+   queueing behind long ones; ``order: fifo``: arrival order,
+
+and each released request is routed among the pods with room only. Two kinds of request
+leave the queue regardless and may go to any pod: a request whose TTFT SLO can no longer be
+met even by the least loaded pod (``hopeless``: waiting longer only hurts the requests
+behind it; the scheduler's latency-cost-scorer then places it where it harms the fewest
+others) and one that has waited ``max_wait_s`` (a bound on how long shortest-first can
+starve a long prompt). Past ``max_queued`` waiting requests a new one is refused (the shell
+answers 503 with Retry-After).
+
+The queue is pure (no clock, no I/O): the gateway resolves a future per released request,
+the routing lab continues the request in virtual time; both call :meth:`FlowQueue.take`
+whenever a pod may have made room (first tokens, finished requests, new snapshots, new
+arrivals) and :meth:`FlowQueue.routed` once a released request has been dispatched (until
+then it holds a reservation, so one free slot is not handed out twice).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from services.gateway.scheduling.pod_view import Candidate
+
+ORDERS = ("shortest", "fifo")
+ROUTE_TO = ("room", "any")
+QUEUED, RELEASED, CANCELLED = "queued", "released", "cancelled"
+# why a request left the queue
+ROOM, HOPELESS, MAX_WAIT = "room", "hopeless", "max_wait"
+
+
+@dataclass(frozen=True, slots=True)
+class FlowConfig:
+    enabled: bool = False
+    max_backlog_s: float = 0.5
+    order: str = "shortest"
+    max_wait_s: float = 300.0
+    max_queued: int = 10_000
+    bypass_hopeless: bool = True
+    route_to: str = "room"  # room: route a released request among pods with room; any: all
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}")
+        if self.route_to not in ROUTE_TO:
+            raise ValueError(f"route_to must be one of {ROUTE_TO}")
+        if not self.max_backlog_s > 0 or not self.max_wait_s > 0 or self.max_queued < 1:
+            raise ValueError("max_backlog_s, max_wait_s and max_queued must be positive")
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """One request in (or through) the queue."""
+
+    model: str
+    priority: int
+    service_s: float  # best estimated prefill seconds over the pods (the shortest-first key)
+    arrived_at: float
+    slo_ttft_ms: float | None = None
+    payload: object = None  # the shell's own data (a future, a pending lab request)
+    seq: int = 0
+    state: str = QUEUED
+    reason: str | None = None  # ROOM | HOPELESS | MAX_WAIT once released
+    released_at: float | None = None
+    reserved: bool = False
+
+    @property
+    def any_pod(self) -> bool:
+        """Released regardless of room: may be routed to any pod."""
+        return self.reason in (HOPELESS, MAX_WAIT)
+
+    def queued_s(self) -> float:
+        return 0.0 if self.released_at is None else self.released_at - self.arrived_at
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queued`` requests already."""
+
+
+@dataclass(slots=True)
+class _ModelQueue:
+    ready: list[tuple] = field(default_factory=list)  # heap: (-priority, key, seq, waiter)
+    deadlines: list[tuple] = field(default_factory=list)  # heap: (hopeless at, seq, waiter)
+    arrivals: deque[Waiter] = field(default_factory=deque)  # FIFO, for max_wait_s
+    reserved: int = 0
+    queued: int = 0
+
+
+Candidates = Callable[[str], Sequence[Candidate]]  # model -> the view's candidates now
+
+
+class FlowQueue:
+    def __init__(self, config: FlowConfig) -> None:
+        self.config = config
+        self._q: dict[str, _ModelQueue] = {}
+        self._seq = itertools.count()
+        self.queued = 0
+        self.released: dict[str, int] = {ROOM: 0, HOPELESS: 0, MAX_WAIT: 0}
+
+    # --- room ---------------------------------------------------------------------------
+    def has_room(self, c: Candidate) -> bool:
+        return c.backlog_s < self.config.max_backlog_s
+
+    def rooms(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        return [c for c in candidates if self.has_room(c)]
+
+    def route_among(self, w: Waiter, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """The pods a released request is routed among: every pod for a hopeless or
+        over-waited one (and with ``route_to: any``), else the pods with room (all of them
+        if room vanished meanwhile)."""
+        cands = list(candidates)
+        if w.any_pod or self.config.route_to == "any":
+            return cands
+        return self.rooms(cands) or cands
+
+    # --- the queue ----------------------------------------------------------------------
+    def offer(self, waiter: Waiter, candidates: Sequence[Candidate], now: float) -> bool:
+        """Queue ``waiter``; True when it is released at once (a pod has room and nobody of
+        its model waits, or it is hopeless already). Raises :class:`QueueFull`."""
+        q = self._q.setdefault(waiter.model, _ModelQueue())
+        waiter.seq = next(self._seq)
+        if q.queued == 0 and len(self.rooms(candidates)) > q.reserved:
+            self._release(q, waiter, ROOM, now)
+            return True
+        if self._hopeless_now(waiter, candidates, now):
+            self._release(q, waiter, HOPELESS, now)
+            return True
+        if self.queued >= self.config.max_queued:
+            raise QueueFull(f"{self.queued} requests are queued already")
+        key = waiter.service_s if self.config.order == "shortest" else 0.0
+        heapq.heappush(q.ready, (-waiter.priority, key, waiter.seq, waiter))
+        if waiter.slo_ttft_ms is not None and self.config.bypass_hopeless:
+            # hopeless for sure once even an idle pod cannot serve it in time
+            due = waiter.arrived_at + waiter.slo_ttft_ms / 1000.0 - waiter.service_s
+            heapq.heappush(q.deadlines, (due, waiter.seq, waiter))
+        q.arrivals.append(waiter)
+        q.queued += 1
+        self.queued += 1
+        return False
+
+    def cancel(self, waiter: Waiter) -> None:
+        """The request went away (client disconnect) while queued, or before being routed."""
+        q = self._q.get(waiter.model)
+        if q is None:
+            return
+        if waiter.state == QUEUED:
+            waiter.state = CANCELLED
+            q.queued -= 1
+            self.queued -= 1
+        self.routed(waiter)
+
+    def routed(self, waiter: Waiter) -> None:
+        """A released request was dispatched (or failed before): its reservation ends."""
+        q = self._q.get(waiter.model)
+        if q is not None and waiter.reserved:
+            waiter.reserved = False
+            q.reserved -= 1
+
+    def take(self, candidates: Candidates, now: float) -> list[Waiter]:
+        """Release what can go now (hopeless and over-waited requests, then the best ones
+        while pods have room); returns them in release order."""
+        out: list[Waiter] = []
+        for model, q in self._q.items():
+            if q.queued == 0:
+                continue
+            cands = candidates(model)
+            self._take_bypass(q, cands, now, out)
+            room = len(self.rooms(cands)) - q.reserved
+            while room > 0 and q.queued > 0:
+                w = self._pop_ready(q)
+                if w is None:
+                    break
+                self._release(q, w, ROOM, now)
+                out.append(w)
+                room -= 1
+        return out
+
+    # --- internals ----------------------------------------------------------------------
+    def _hopeless_now(self, w: Waiter, cands: Sequence[Candidate], now: float) -> bool:
+        if w.slo_ttft_ms is None or not self.config.bypass_hopeless or not cands:
+            return False
+        least = min(c.backlog_s for c in cands)
+        return now + least + w.service_s > w.arrived_at + w.slo_ttft_ms / 1000.0
+
+    def _take_bypass(
+        self, q: _ModelQueue, cands: Sequence[Candidate], now: float, out: list[Waiter]
+    ) -> None:
+        least = min((c.backlog_s for c in cands), default=0.0)
+        while q.deadlines and q.deadlines[0][0] < now + least:
+            w = heapq.heappop(q.deadlines)[2]
+            if w.state == QUEUED:
+                self._dequeue(q, w)
+                self._release(q, w, HOPELESS, now)
+                out.append(w)
+        limit = now - self.config.max_wait_s
+        while q.arrivals and (q.arrivals[0].state != QUEUED or q.arrivals[0].arrived_at < limit):
+            w = q.arrivals.popleft()
+            if w.state == QUEUED:
+                self._dequeue(q, w)
+                self._release(q, w, MAX_WAIT, now)
+                out.append(w)
+
+    def _pop_ready(self, q: _ModelQueue) -> Waiter | None:
+        while q.ready:
+            w = heapq.heappop(q.ready)[3]
+            if w.state == QUEUED:
+                self._dequeue(q, w)
+                return w
+        return None
+
+    def _dequeue(self, q: _ModelQueue, w: Waiter) -> None:
+        w.state = RELEASED
+        q.queued -= 1
+        self.queued -= 1
+
+    def _release(self, q: _ModelQueue, w: Waiter, reason: str, now: float) -> None:
+        w.state = RELEASED
+        w.reason = reason
+        w.released_at = now
+        self.released[reason] += 1
+        if reason == ROOM:
+            w.reserved = True
+            q.reserved += 1

@@ -1,0 +1,144 @@
+"""Flow control: when requests pass, wait and leave, in which order, and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.gateway.scheduling.flow import (
+    HOPELESS,
+    MAX_WAIT,
+    ROOM,
+    FlowConfig,
+    FlowQueue,
+    QueueFull,
+    Waiter,
+)
+from services.gateway.scheduling.pod_view import Candidate
+from shared.features import PodLoad
+
+
+def pods(*backlogs: float) -> list[Candidate]:
+    return [
+        Candidate(f"p{i}", "u", PodLoad(0, 0, 0), False, backlog_s=b)
+        for i, b in enumerate(backlogs)
+    ]
+
+
+def w(service=0.1, at=0.0, priority=0, slo=None, model="m") -> Waiter:
+    return Waiter(model, priority, service, at, slo)
+
+
+def test_passes_through_while_a_pod_has_room_and_reserves_it():
+    q = FlowQueue(FlowConfig(enabled=True, max_backlog_s=0.5))
+    a, b, c = w(), w(), w()
+    assert q.offer(a, pods(0.1, 0.9), 0.0) and a.reason == ROOM and a.queued_s() == 0.0
+    # the one pod with room is reserved for a until it is dispatched
+    assert not q.offer(b, pods(0.1, 0.9), 0.0) and q.queued == 1
+    q.routed(a)
+    assert [x.reason for x in q.take(lambda m: pods(0.1, 0.9), 1.0)] == [ROOM]
+    assert b.queued_s() == 1.0 and q.queued == 0
+    q.routed(b)
+    assert q.offer(c, pods(0.1, 0.9), 1.0)  # nobody waits: straight through again
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [("shortest", ["short", "mid", "long"]), ("fifo", ["long", "short", "mid"])],
+)
+def test_release_order(order, expected):
+    q = FlowQueue(FlowConfig(enabled=True, order=order))
+    busy = pods(1.0)
+    named = {"long": w(5.0, 0.0), "short": w(0.05, 0.1), "mid": w(0.5, 0.2)}
+    for x in named.values():
+        assert not q.offer(x, busy, 0.2)
+    out = []
+    for t in (1.0, 2.0, 3.0):
+        released = q.take(lambda m: pods(0.0), t)
+        assert len(released) == 1  # one pod, one slot, reserved until routed
+        out.append(next(k for k, v in named.items() if v is released[0]))
+        q.routed(released[0])
+    assert out == expected
+
+
+def test_priority_comes_before_shortest():
+    q = FlowQueue(FlowConfig(enabled=True))
+    low, high = w(0.01, priority=0), w(9.0, priority=5)
+    q.offer(low, pods(1.0), 0.0)
+    q.offer(high, pods(1.0), 0.0)
+    assert q.take(lambda m: pods(0.0), 1.0) == [high]
+
+
+def test_hopeless_requests_leave_at_once_for_any_pod():
+    q = FlowQueue(FlowConfig(enabled=True))
+    # already hopeless on arrival: 0.8 s queued on the least loaded pod + 0.4 s > 1 s SLO
+    x = w(0.4, at=0.0, slo=1000.0)
+    assert q.offer(x, pods(0.8, 2.0), 0.0) and x.reason == HOPELESS and x.any_pod
+    # becomes hopeless while waiting
+    y = w(0.4, at=0.0, slo=1000.0)
+    assert not q.offer(y, pods(0.55, 0.6), 0.0)
+    assert q.take(lambda m: pods(0.55, 0.6), 0.02) == []  # 0.02 + 0.55 + 0.4 < 1 s
+    assert q.take(lambda m: pods(0.55, 0.6), 0.1) == [y] and y.reason == HOPELESS
+    assert q.queued == 0 and q.released == {ROOM: 0, HOPELESS: 2, MAX_WAIT: 0}
+    # hopeless requests do not hold a reservation
+    assert q.offer(w(), pods(0.1), 0.3)
+
+
+def test_bypass_can_be_turned_off():
+    q = FlowQueue(FlowConfig(enabled=True, bypass_hopeless=False))
+    assert not q.offer(w(0.4, slo=1.0), pods(0.8), 0.0)
+    assert q.take(lambda m: pods(0.8), 10.0) == []
+
+
+def test_max_wait_bounds_starvation():
+    q = FlowQueue(FlowConfig(enabled=True, max_wait_s=10.0))
+    big = w(50.0, at=0.0)
+    q.offer(big, pods(1.0), 0.0)
+    for i in range(5):
+        q.offer(w(0.01, at=1.0 + i), pods(1.0), 1.0 + i)
+    assert q.take(lambda m: pods(1.0), 9.0) == []
+    assert q.take(lambda m: pods(1.0), 10.5) == [big] and big.reason == MAX_WAIT
+    assert q.queued == 5
+
+
+def test_full_queue_and_cancel():
+    q = FlowQueue(FlowConfig(enabled=True, max_queued=2))
+    a, b = w(), w()
+    q.offer(a, pods(1.0), 0.0)
+    q.offer(b, pods(1.0), 0.0)
+    with pytest.raises(QueueFull):
+        q.offer(w(), pods(1.0), 0.0)
+    q.cancel(a)
+    assert q.queued == 1
+    assert q.take(lambda m: pods(0.0), 1.0) == [b]  # the cancelled one is skipped
+    q.cancel(b)  # released and then gone before routing: its reservation ends
+    assert q.offer(w(), pods(0.0), 1.0)
+
+
+def test_models_queue_separately():
+    q = FlowQueue(FlowConfig(enabled=True))
+    a, b = w(model="a"), w(model="b")
+    q.offer(a, pods(1.0), 0.0)
+    assert q.offer(b, pods(0.0), 0.0)  # model b's pods have room
+    cands = {"a": pods(0.0), "b": pods(1.0)}
+    assert q.take(lambda m: cands[m], 1.0) == [a]
+
+
+@pytest.mark.parametrize("route_to", ["room", "any"])
+def test_route_among(route_to):
+    q = FlowQueue(FlowConfig(enabled=True, route_to=route_to))
+    cands = pods(0.1, 0.9)
+    x = w()
+    q.offer(x, cands, 0.0)
+    expected = ["p0"] if route_to == "room" else ["p0", "p1"]
+    assert [c.name for c in q.route_among(x, cands)] == expected
+    assert [c.name for c in q.route_among(x, pods(0.9, 0.9))] == ["p0", "p1"]  # room vanished
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"order": "lifo"}, {"max_backlog_s": 0}, {"max_wait_s": -1}, {"max_queued": 0},
+     {"route_to": "none"}],
+)  # fmt: skip
+def test_bad_config(kwargs):
+    with pytest.raises(ValueError):
+        FlowConfig(enabled=True, **kwargs)
