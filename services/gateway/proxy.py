@@ -102,7 +102,7 @@ async def _dispatch(
         "accept": "text/event-stream",
         "x-request-id": request_id,
     }
-    assert gw.session is not None, "gateway not started"
+    assert gw.pod_client is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
     for n, routed in enumerate(attempts):
@@ -120,7 +120,7 @@ async def _dispatch(
         t0 = time.perf_counter()
         try:
             stream, first = await open_stream(
-                gw.session, url, body, attempt_headers, gw.pod_timeout
+                gw.pod_client, pod.url, endpoint, body, attempt_headers
             )
         except PodFailure as e:
             tracing.end_pod_call(span, error=e.reason)
