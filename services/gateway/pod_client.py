@@ -105,6 +105,7 @@ class _Connection(asyncio.Protocol):
         self.headers: dict[str, str] = {}
         self.headers_done = False
         self.complete = False
+        self.keep_alive = False
         self.pieces: deque[bytes] = deque()
         self.buffered = 0
         self.paused = False
@@ -165,6 +166,8 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        # llhttp's verdict is only valid inside the callback (the parser resets after it)
+        self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
         self._wake()
 
@@ -240,7 +243,7 @@ class _Connection(asyncio.Protocol):
 
     def finish(self) -> None:
         if self.complete and self.error is None and not self.closed and not self.pieces:
-            if self.parser.should_keep_alive():
+            if self.keep_alive:
                 self.client._put_back(self)
                 return
         self.abort()
