@@ -207,8 +207,11 @@ class _Exchange:
     def on_events(self, events: list[Event]) -> bytes:
         """Account events that arrived together; the SSE bytes to forward, joined."""
         now = time.perf_counter()
+        if len(events) == 1:  # the usual arrival: one event
+            raw, chunk = events[0]
+            return self.on_event(raw, chunk, now) or b""
         out = [b for raw, chunk in events if (b := self.on_event(raw, chunk, now))]
-        return out[0] if len(out) == 1 else b"".join(out)
+        return b"".join(out)
 
     async def stream_to(
         self, send: Send, receive: Receive, first: list[Event], headers: dict[str, str]

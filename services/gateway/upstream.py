@@ -76,6 +76,19 @@ class SseDecoder:
             raise self._broken
         if self.done:
             return []
+        if (  # the usual piece: exactly one one-line "data: ..." event
+            not self._buf
+            and not self._cr
+            and piece.startswith(b"data: ")
+            and piece.find(b"\n") == len(piece) - 2
+            and piece.endswith(b"\n\n")
+            and b"\r" not in piece
+        ):
+            payload = piece[6:-2].lstrip(b" ")
+            if payload == b"[DONE]":
+                self.done = True
+                return []
+            return [(payload, _decode(payload))]
         if self._cr and piece.startswith(b"\n"):  # the \n of a \r\n split across pieces
             piece = piece[1:]
         self._cr = False
