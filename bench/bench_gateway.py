@@ -144,6 +144,32 @@ async def gateway_histograms(http: aiohttp.ClientSession, url: str) -> dict:
                 if smp.name.endswith(("_count", "_sum")):
                     key = smp.name.removeprefix("headroom_gateway_")
                     out[key] = out.get(key, 0.0) + smp.value
+        elif fam.name == "headroom_gateway_gc_pause_seconds":
+            for smp in fam.samples:
+                gen = smp.labels.get("generation")
+                if smp.name.endswith(("_count", "_sum")):
+                    out[f"gc{gen}_{smp.name.rsplit('_', 1)[1]}"] = smp.value
+                elif smp.name.endswith("_bucket"):
+                    out[f"gc{gen}_le_{smp.labels['le']}"] = smp.value
+    return out
+
+
+def gc_summary(h0: dict, h1: dict) -> dict:
+    """Garbage collections during a phase, per generation: count, mean and total pause (ms)
+    and the bucket bound the longest one fell under."""
+    out = {}
+    for gen in ("0", "1", "2"):
+        n = h1.get(f"gc{gen}_count", 0) - h0.get(f"gc{gen}_count", 0)
+        total = h1.get(f"gc{gen}_sum", 0) - h0.get(f"gc{gen}_sum", 0)
+        longest = None
+        bounds = sorted((float(k.rsplit("_", 1)[1]), k) for k in h1 if k.startswith(f"gc{gen}_le_"))
+        for bound, key in bounds:
+            if h1[key] - h0.get(key, 0) >= n:
+                longest = bound
+                break
+        out[gen] = {"collections": int(n), "total_ms": round(total * 1e3, 2),
+                    "mean_ms": round(total / n * 1e3, 3) if n else None,
+                    "longest_under_ms": None if not n or longest is None else longest * 1e3}  # fmt: skip
     return out
 
 
@@ -209,6 +235,7 @@ async def measure(args: argparse.Namespace, stack) -> dict:
                          "loadavg_before": load0, "loadavg_after": loadavg(),
                          "cpu_s_per_s": busy,
                          "predict_call_mean_ms": _mean_ms(h0, h1, "predict_seconds"),
+                         "gateway_gc": gc_summary(h0, h1),
                          "scheduling_mean_ms": _mean_ms(h0, h1, "scheduler_duration_seconds")}  # fmt: skip
             out[name]["_raw"] = (direct, via)
     s, ns = out["streaming"], out["non_streaming"]

@@ -66,19 +66,27 @@ def latency_summary(ms: list[float]) -> dict:
 
 
 async def publish_model(
-    redis_url: str, names, *, samples: int = 4000, seed: int = 0, pod_neutral: bool = False
+    redis_url: str,
+    names,
+    *,
+    samples: int = 4000,
+    seed: int = 0,
+    pod_neutral: bool = False,
+    trees: int = 200,
+    depth: int = 6,
 ) -> str:
-    """Fit TTFT/TPOT models (200 trees, depth 6) on synthetic samples and publish them as
-    the current version of ``names``; returns the version id. ``pod_neutral``: labels depend
-    on the prompt length only, so every candidate of a decision gets the same prediction
-    (full-size trees, but routing spreads like round robin: for overhead measurements)."""
+    """Fit TTFT/TPOT models (``trees`` trees of ``depth``, llm-d's 200 x 6 by default) on
+    synthetic samples and publish them as the current version of ``names``; returns the
+    version id. ``pod_neutral``: labels depend on the prompt length only, so every
+    candidate of a decision gets the same prediction (full-size trees, but routing spreads
+    like round robin: for overhead measurements)."""
     from bench.bench_trainer import synthetic
     from services.trainer.cycle import build_meta, run_cycle
     from services.trainer.fitting import FitConfig, TrainingData
     from shared.bus import connect_redis
     from shared.model_store import next_version, publish_version
 
-    cfg = FitConfig()
+    cfg = FitConfig(rounds=trees, max_depth=depth)
     rows = synthetic(samples, seed=seed)
     if pod_neutral:
         for smp in rows:
@@ -313,6 +321,7 @@ async def run_load(
         ],
         "client_cpu_s_per_s": round(own / elapsed, 3),
         "decisions_per_batch": round(calls / batches, 2) if batches else None,
+        "model": {"trees": args.trees, "depth": args.depth},
         "coalescer": {
             "window_ms": args.window_ms,
             "max_rows": args.max_rows,
@@ -339,6 +348,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rows", type=int, default=2048, help="rows per coalesced request")
     p.add_argument("--max-in-flight", type=int, default=8, help="coalesced requests in flight")
     p.add_argument("--wire", choices=("binary", "json"), default="binary")
+    p.add_argument(
+        "--trees",
+        type=int,
+        default=200,
+        help="with --spawn: trees per model (1 with --depth 1: the round trip without inference)",
+    )
+    p.add_argument("--depth", type=int, default=6, help="with --spawn: tree depth")
     p.add_argument(
         "--nats-url", default=os.environ.get("HEADROOM_NATS_URL", "nats://127.0.0.1:4222")
     )
@@ -372,7 +388,9 @@ async def _main(args: argparse.Namespace) -> int:
             redis_url, s = embedded.ensure("redis", redis_url)
             started += [s] if s else []
             namespace = args.namespace or f"bench-{uuid.uuid4().hex[:8]}"
-            version = await publish_model(redis_url, Names(namespace))
+            version = await publish_model(
+                redis_url, Names(namespace), trees=args.trees, depth=args.depth
+            )
             cpu = None if args.no_pin else args.predictor_cpu
             predictors = await asyncio.to_thread(
                 spawn_predictors, args.replicas, nats_url, redis_url, namespace, cpu, version

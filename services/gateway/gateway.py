@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import aiohttp
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -22,6 +21,7 @@ from services.gateway import tracing
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
+from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import prompt_tokens
 from services.gateway.request_headers import RequestObjectives
@@ -114,15 +114,10 @@ class Gateway:
             settings.prefix_index_auto_capacity,
         )
         self.nc: NATS | None = None
-        self.session: aiohttp.ClientSession | None = None
+        self.pod_client: PodClient | None = None  # keep-alive HTTP to the pods
         self.predictor: PredictorClient | None = None
         self.samples: SamplePublisher | None = None
         self._model_version: str | None = None  # last version the predictors answered with
-        self.pod_timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=settings.pod_connect_timeout_s,
-            sock_read=settings.pod_read_timeout_s,
-        )
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -145,17 +140,16 @@ class Gateway:
             telemetry=self.tel,
         )
         await self.nc.subscribe(self.names.pod_snapshots(s.pool), cb=self._on_snapshot_msg)
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            auto_decompress=False,
+        self.pod_client = PodClient(
+            connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s
         )
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
         if self.samples is not None:
             await self.samples.drain()
-        if self.session is not None:
-            await self.session.close()
+        if self.pod_client is not None:
+            await self.pod_client.close()
         if self.nc is not None and not self.nc.is_closed:
             try:
                 await self.nc.drain()

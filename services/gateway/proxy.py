@@ -102,7 +102,7 @@ async def _dispatch(
         "accept": "text/event-stream",
         "x-request-id": request_id,
     }
-    assert gw.session is not None, "gateway not started"
+    assert gw.pod_client is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
     for n, routed in enumerate(attempts):
@@ -120,7 +120,7 @@ async def _dispatch(
         t0 = time.perf_counter()
         try:
             stream, first = await open_stream(
-                gw.session, url, body, attempt_headers, gw.pod_timeout
+                gw.pod_client, pod.url, endpoint, body, attempt_headers
             )
         except PodFailure as e:
             tracing.end_pod_call(span, error=e.reason)
@@ -207,8 +207,11 @@ class _Exchange:
     def on_events(self, events: list[Event]) -> bytes:
         """Account events that arrived together; the SSE bytes to forward, joined."""
         now = time.perf_counter()
+        if len(events) == 1:  # the usual arrival: one event
+            raw, chunk = events[0]
+            return self.on_event(raw, chunk, now) or b""
         out = [b for raw, chunk in events if (b := self.on_event(raw, chunk, now))]
-        return out[0] if len(out) == 1 else b"".join(out)
+        return b"".join(out)
 
     async def stream_to(
         self, send: Send, receive: Receive, first: list[Event], headers: dict[str, str]

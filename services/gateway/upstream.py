@@ -21,10 +21,11 @@ import asyncio
 import contextlib
 from typing import Any
 
-import aiohttp
 import orjson
 
-_NET_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError)
+from services.gateway.pod_client import PodClient, PodIOError, PodResponse
+
+_NET_ERRORS = (PodIOError, OSError, asyncio.TimeoutError, ValueError)
 
 # an SSE event longer than this (bytes, without its end) breaks the stream
 MAX_EVENT_BYTES = 4 * 1024 * 1024
@@ -75,6 +76,19 @@ class SseDecoder:
             raise self._broken
         if self.done:
             return []
+        if (  # the usual piece: exactly one one-line "data: ..." event
+            not self._buf
+            and not self._cr
+            and piece.startswith(b"data: ")
+            and piece.find(b"\n") == len(piece) - 2
+            and piece.endswith(b"\n\n")
+            and b"\r" not in piece
+        ):
+            payload = piece[6:-2].lstrip(b" ")
+            if payload == b"[DONE]":
+                self.done = True
+                return []
+            return [(payload, _decode(payload))]
         if self._cr and piece.startswith(b"\n"):  # the \n of a \r\n split across pieces
             piece = piece[1:]
         self._cr = False
@@ -118,11 +132,10 @@ class SseDecoder:
 class UpstreamStream:
     """Reads ``data:`` events from a pod's SSE response until ``[DONE]``."""
 
-    __slots__ = ("_content", "_sse", "resp")
+    __slots__ = ("_sse", "resp")
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, resp: PodResponse) -> None:
         self.resp = resp
-        self._content = resp.content
         self._sse = SseDecoder()
 
     @property
@@ -139,7 +152,7 @@ class UpstreamStream:
             return []
         try:
             while True:
-                piece = await self._content.readany()
+                piece = await self.resp.read_piece()
                 if not piece:
                     raise StreamBroken("eof", "pod closed the stream before [DONE]")
                 events = sse.feed(piece)
@@ -157,11 +170,10 @@ class UpstreamStream:
         if not self.done:
             self.resp.close()
             return
-        content = self._content
-        if not content.at_eof():
+        if not self.resp.complete:
             try:
                 async with asyncio.timeout(DRAIN_TIMEOUT_S):
-                    while await content.readany():
+                    while await self.resp.read_piece():
                         pass
             except _NET_ERRORS:
                 self.resp.close()
@@ -193,16 +205,12 @@ def _decode(payload: bytes) -> dict[str, Any]:
 
 
 async def open_stream(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    client_timeout: aiohttp.ClientTimeout,
+    client: PodClient, url: str, path: str, body: bytes, headers: dict[str, str]
 ) -> tuple[UpstreamStream, list[Event]]:
-    """POST ``body`` and read up to the first event(s) (``[DONE]`` may have come with them).
-    Raises PodFailure or PodRejected."""
+    """POST ``body`` to the pod at ``url`` + ``path`` and read up to the first event(s)
+    (``[DONE]`` may have come with them). Raises PodFailure or PodRejected."""
     try:
-        resp = await session.post(url, data=body, headers=headers, timeout=client_timeout)
+        resp = await client.post(url, path, body, headers)
     except _NET_ERRORS as e:
         raise PodFailure("connect", f"{type(e).__name__}: {e}") from e
     if resp.status >= 500:
@@ -210,12 +218,12 @@ async def open_stream(
         raise PodFailure(f"http_{resp.status}", f"pod answered HTTP {resp.status}")
     if resp.status >= 400:
         try:
-            data = await resp.content.read(65536)
+            data = await resp.read(65536)
         except _NET_ERRORS:
             data = b""
         finally:
             resp.close()
-        raise PodRejected(resp.status, data, resp.content_type or "application/json")
+        raise PodRejected(resp.status, data, resp.content_type)
     stream = UpstreamStream(resp)
     try:
         first = await stream.next_events()

@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> None:
         telemetry=lambda: setup_telemetry(
             "predictor", pool=settings.pool, namespace=settings.namespace
         ),
+        fast_loop=True,
     )
 
 

@@ -33,6 +33,7 @@ from services.predictor.tracing import PredictTracing
 from shared.admin import start_admin_server
 from shared.bus import connect_nats, connect_redis
 from shared.model_store import current_version, load_version
+from shared.runner import GcPauses
 from shared.schemas import ModelAnnouncement, SchemaError
 from shared.subjects import Names
 from shared.telemetry import Telemetry
@@ -79,10 +80,12 @@ class PredictorService:
         self._idle = asyncio.Event()
         self._predict_sub = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
+        self._gc_pauses = GcPauses(self.metrics.registry, "headroom_predictor")
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        self._gc_pauses.install()
         self._redis = connect_redis(s.redis_url)
         self._nc = await connect_nats(s.nats_url, f"headroom-predictor-{s.replica_id}")
         self._subs.append(await self._nc.subscribe(self.names.model_announce, cb=self._on_announce))
@@ -128,6 +131,7 @@ class PredictorService:
         if self._redis is not None:
             await self._redis.aclose()
         self._executor.shutdown(wait=False)
+        self._gc_pauses.remove()
 
     async def _wait_idle(self, timeout_s: float) -> None:
         if self._pending or self._busy:

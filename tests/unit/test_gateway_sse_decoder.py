@@ -86,3 +86,13 @@ def test_an_endless_event_is_refused(monkeypatch):
     with pytest.raises(StreamBroken) as e:
         dec.feed(b"x" * 20)
     assert e.value.reason == "bad_chunk"
+
+
+def test_one_event_per_piece():  # the usual arrival (a fast path)
+    dec = SseDecoder()
+    for c in CHUNKS:
+        assert dec.feed(b"data: " + orjson.dumps(c) + b"\n\n") == [(orjson.dumps(c), c)]
+    assert dec.feed(b"data:  [DONE]\n\n") == [] and dec.done
+    dec = SseDecoder()
+    with pytest.raises(StreamBroken):
+        dec.feed(b"data: \n\n")

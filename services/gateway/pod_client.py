@@ -1,0 +1,366 @@
+"""The gateway's HTTP/1.1 client for pods: keep-alive connections, one POST at a time each,
+responses parsed by httptools (C) straight off the socket.
+
+Built for the proxy's one job (POST a JSON body, read a streamed reply piece by piece) with
+no per-piece machinery in between: each ``data_received`` appends the bytes and wakes the
+reader, which takes everything that has arrived in one go. Timeouts are the pod settings:
+connect, and the longest silence while waiting for the response (checked lazily by one
+timer per read, not re-armed per piece).
+
+Errors are :class:`PodIOError` (connection refused/reset/closed, timeout, malformed HTTP).
+A POST is never re-sent by the client: a request that fails is the caller's to retry on
+another pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from urllib.parse import urlsplit
+
+import httptools
+
+
+class PodIOError(Exception):
+    """The connection or the HTTP exchange with a pod failed."""
+
+
+class _Target:
+    __slots__ = ("base_path", "host", "host_header", "key", "port", "ssl")
+
+    def __init__(self, url: str) -> None:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise PodIOError(f"unsupported pod URL {url!r}")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = u.scheme == "https"
+        self.base_path = u.path.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if u.port is None else f"{host}:{self.port}"
+        self.key = (self.host, self.port, self.ssl)
+
+
+class PodResponse:
+    """Status and headers of a pod's reply; the body is read with :meth:`read_piece`. End it
+    with :meth:`release` (reuse the connection: after the whole body) or :meth:`close`."""
+
+    __slots__ = ("_conn", "headers", "read_piece", "status")
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self.status = conn.status
+        self.headers = conn.headers  # lower-case name -> value (the last of a repeated one)
+        # Every body byte that arrived since the last call (waiting for some); b"" once the
+        # body is complete. Raises PodIOError. (The connection's method itself: one call less
+        # per piece on the streaming path.)
+        self.read_piece = conn.read_piece
+
+    @property
+    def content_type(self) -> str:
+        """The media type without parameters (``application/json`` when absent)."""
+        raw = self.headers.get("content-type", "")
+        return raw.split(";", 1)[0].strip().lower() or "application/json"
+
+    @property
+    def complete(self) -> bool:
+        """The whole body has been received."""
+        return self._conn.complete
+
+    async def read(self, limit: int) -> bytes:
+        """The body up to ``limit`` bytes."""
+        parts: list[bytes] = []
+        size = 0
+        while size < limit and (piece := await self.read_piece()):
+            parts.append(piece)
+            size += len(piece)
+        return b"".join(parts)[:limit]
+
+    def release(self) -> None:
+        """Back to the pool if the body is complete and the connection can be kept."""
+        self._conn.finish()
+
+    def close(self) -> None:
+        """Drop the connection (the pod sees the client go away)."""
+        self._conn.abort()
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, client: PodClient, key: tuple) -> None:
+        self.client = client
+        self.key = key
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.error: PodIOError | None = None
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.pieces: deque[bytes] = deque()
+        self.buffered = 0
+        self.paused = False
+        self.waiter: asyncio.Future | None = None
+        self.last_data = 0.0
+        self.in_use = False
+
+    # --- protocol callbacks (httptools and asyncio) ----------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.in_use:  # bytes nobody asked for: the connection cannot be trusted
+            self.abort()
+            return
+        self.last_data = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(PodIOError("pod answered with a protocol upgrade"))
+        except httptools.HttpParserError as e:
+            self._fail(PodIOError(f"malformed HTTP from the pod: {e}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.client._forget(self)
+        if not self.in_use or self.complete:
+            return
+        if self.headers_done and self._close_delimited():
+            self.on_message_complete()  # a body delimited by the end of the connection
+            return
+        why = f": {exc}" if exc else ""
+        self._fail(PodIOError(f"pod closed the connection{why}"))
+
+    def pause_writing(self) -> None:  # requests are small; nothing to throttle
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def on_status(self, status: bytes) -> None:
+        pass
+
+    def on_header(self, name: bytes, value: bytes) -> None:  # httptools joins split parts
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+        self.buffered += len(body)
+        if self.buffered > self.client.max_buffered and not self.paused and self.transport:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        # llhttp's verdict is only valid inside the callback (the parser resets after it)
+        self.keep_alive = self.parser.should_keep_alive()
+        self.complete = True
+        self._wake()
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _close_delimited(self) -> bool:
+        h = self.headers
+        return "content-length" not in h and "chunked" not in h.get("transfer-encoding", "")
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _fail(self, err: PodIOError) -> None:
+        if self.error is None:
+            self.error = err
+        self.abort()
+        self._wake()
+
+    async def _wait(self) -> None:
+        """Wait for the next callback; PodIOError after ``read_timeout`` without data."""
+        if self.error is not None:
+            raise self.error
+        if self.closed:
+            raise PodIOError("pod closed the connection")
+        self.waiter = fut = self.loop.create_future()
+        timeout = self.client.read_timeout_s
+        timer = self.loop.call_at(self.last_data + timeout, self._check_silence, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self.waiter = None
+        if self.error is not None:
+            raise self.error
+
+    def _check_silence(self, fut: asyncio.Future) -> None:
+        if fut.done():
+            return
+        timeout = self.client.read_timeout_s
+        silent = self.loop.time() - self.last_data
+        if silent >= timeout:
+            self._fail(PodIOError(f"no data from the pod for {timeout:g} s"))
+        else:  # data came meanwhile: check again when the silence could have run out
+            self.loop.call_at(self.last_data + timeout, self._check_silence, fut)
+
+    # --- the exchange -------------------------------------------------------------------------
+    async def request(self, head: bytes, body: bytes) -> None:
+        assert self.transport is not None
+        self.in_use = True
+        self.last_data = self.loop.time()
+        self.transport.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            self.transport.write(body)
+        while not self.headers_done:
+            await self._wait()
+
+    async def read_piece(self) -> bytes:
+        pieces = self.pieces
+        while not pieces:
+            if self.complete:
+                return b""
+            await self._wait()
+        if len(pieces) == 1:
+            piece = pieces.popleft()
+        else:
+            piece = b"".join(pieces)
+            pieces.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return piece
+
+    def finish(self) -> None:
+        if self.complete and self.error is None and not self.closed and not self.pieces:
+            if self.keep_alive:
+                self.client._put_back(self)
+                return
+        self.abort()
+
+    def abort(self) -> None:
+        self.in_use = False
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+        self.client._forget(self)
+
+
+class PodClient:
+    """Keep-alive connections per pod (host, port), one request at a time each.
+
+    An idle connection is reused for ``keepalive_s`` (default 4 s: under the 5 s idle
+    timeout of uvicorn, which serves vLLM, so a pod rarely closes a connection just as a
+    request goes out on it; a busy gateway reuses connections within milliseconds)."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        keepalive_s: float = 4.0,
+        max_idle_per_pod: int = 256,
+        max_buffered: int = 1 << 20,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.keepalive_s = keepalive_s
+        self.max_idle_per_pod = max_idle_per_pod
+        self.max_buffered = max_buffered
+        self._targets: dict[str, _Target] = {}
+        self._idle: dict[tuple, list[_Connection]] = {}
+        self._open: set[_Connection] = set()
+        self._ssl: ssl.SSLContext | None = None
+        self.connects = 0  # new connections made (for tests and benchmarks)
+        self.closed = False
+
+    def target(self, url: str) -> _Target:
+        t = self._targets.get(url)
+        if t is None:
+            if len(self._targets) > 10_000:
+                self._targets.clear()
+            t = self._targets[url] = _Target(url)
+        return t
+
+    async def post(self, url: str, path: str, body: bytes, headers: dict[str, str]) -> PodResponse:
+        """POST ``body`` to ``url`` (the pod's base URL) + ``path``; returns once the status
+        and headers are in. Raises PodIOError."""
+        if self.closed:
+            raise PodIOError("the pod client is closed")
+        t = self.target(url)
+        head = [f"POST {t.base_path}{path} HTTP/1.1\r\nhost: {t.host_header}\r\n"]
+        for k, v in headers.items():
+            if "\r" in v or "\n" in v:
+                raise PodIOError(f"header {k!r} has a line break")
+            head.append(f"{k}: {v}\r\n")
+        head.append(f"content-length: {len(body)}\r\n\r\n")
+        conn = self._idle_connection(t.key) or await self._connect(t)
+        try:
+            await conn.request("".join(head).encode("latin-1"), body)
+        except BaseException:
+            conn.abort()
+            raise
+        return PodResponse(conn)
+
+    def _idle_connection(self, key: tuple) -> _Connection | None:
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < self.keepalive_s:
+                conn._reset()
+                return conn
+            conn.abort()
+        return None
+
+    async def _connect(self, t: _Target) -> _Connection:
+        loop = asyncio.get_running_loop()
+        ctx = None
+        if t.ssl:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            ctx = self._ssl
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, t.key), t.host, t.port, ssl=ctx
+                )
+        except TimeoutError as e:
+            raise PodIOError(f"connect to {t.host}:{t.port} timed out") from e
+        except OSError as e:
+            raise PodIOError(f"connect to {t.host}:{t.port} failed: {e}") from e
+        self.connects += 1
+        self._open.add(conn)
+        return conn
+
+    def _put_back(self, conn: _Connection) -> None:
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) >= self.max_idle_per_pod or self.closed:
+            conn.abort()
+            return
+        conn.in_use = False
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        self._open.discard(conn)
+
+    def idle_connections(self) -> int:
+        return sum(len(v) for v in self._idle.values())
+
+    async def close(self) -> None:
+        self.closed = True
+        for conn in list(self._open):
+            conn.abort()
+        self._idle.clear()

@@ -1,0 +1,170 @@
+"""services/gateway/pod_client.py against real servers: keep-alive reuse through the gateway
+(simulated pods), and raw TCP pods that misbehave (silence, garbage, closed keep-alive
+connections, bodies delimited by length or by the end of the connection)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from services.gateway.pod_client import PodClient, PodIOError
+from tests.integration.gateway_harness import MODEL, gateway_stack
+
+CMPL = "/v1/completions"
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _raw_pod(handler: Handler) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return head + await reader.readexactly(length)
+
+
+def _client(read_timeout_s: float = 5.0) -> PodClient:
+    return PodClient(connect_timeout_s=2.0, read_timeout_s=read_timeout_s)
+
+
+async def test_the_gateway_reuses_one_connection_per_pod(isolated):
+    async with gateway_stack(isolated, n_pods=1) as st:
+        await st.snapshot()
+        body = {"model": MODEL, "prompt": "hello", "max_tokens": 3}
+        for stream in (True, False, True, False, True):
+            if stream:
+                status, _, events = await st.stream(CMPL, {**body, "stream": True})
+                assert status == 200 and events[-1] == "[DONE]"
+            else:
+                status, _, reply = await st.post(CMPL, body)
+                assert status == 200 and reply["choices"][0]["text"]
+        assert st.gw.pod_client.connects == 1
+        assert st.gw.pod_client.idle_connections() == 1
+
+
+async def test_a_client_disconnect_drops_the_pod_connection(isolated):
+    async with gateway_stack(isolated, n_pods=1) as st:
+        await st.snapshot()
+        body = {"model": MODEL, "prompt": "long answer", "max_tokens": 400, "stream": True}
+        async with st.http.post(st.url + CMPL, json=body) as r:
+            await r.content.readline()
+            r.close()
+        for _ in range(500):  # bounded: 5 s
+            if st.gw.view.total_in_flight() == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert st.gw.pod_client.idle_connections() == 0  # not returned to the pool
+        status, _, _ = await st.post(CMPL, {"model": MODEL, "prompt": "x", "max_tokens": 2})
+        assert status == 200 and st.gw.pod_client.connects == 2
+
+
+async def test_a_silent_pod_times_out():
+    async def silent(reader, writer):
+        await _read_request(reader)
+        await asyncio.sleep(5)
+
+    server, url = await _raw_pod(silent)
+    client = _client(read_timeout_s=0.2)
+    try:
+        with pytest.raises(PodIOError, match="no data"):
+            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_garbage_from_a_pod_is_an_error():
+    async def garbage(reader, writer):
+        await _read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    server, url = await _raw_pod(garbage)
+    client = _client()
+    try:
+        with pytest.raises(PodIOError, match="malformed"):
+            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_keep_alive_connection_the_pod_closed_is_not_reused():
+    served = 0
+
+    async def once(reader, writer):
+        nonlocal served
+        await _read_request(reader)
+        served += 1
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # the pod ends the keep-alive connection after one response
+
+    server, url = await _raw_pod(once)
+    client = _client()
+    try:
+        for _ in range(2):
+            resp = await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+            assert resp.status == 200 and await resp.read(100) == b"ok"
+            resp.release()
+            await asyncio.sleep(0.1)  # the FIN arrives
+        assert served == 2 and client.connects == 2
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_length_and_close_delimited_bodies_and_request_bytes():
+    seen: list[bytes] = []
+
+    async def pod(reader, writer):
+        seen.append(await _read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+        seen.append(await _read_request(reader))  # the same connection, kept alive
+        writer.write(b"HTTP/1.0 400 Bad Request\r\ncontent-type: application/json; x=1\r\n\r\n")
+        writer.write(b'{"error": "bad"}')
+        await writer.drain()
+        writer.close()  # the body ends with the connection
+
+    server, url = await _raw_pod(pod)
+    client = _client()
+    try:
+        resp = await client.post(url + "/base/", CMPL, b'{"a":1}', {"x-request-id": "r1"})
+        assert (resp.status, await resp.read(100), resp.complete) == (200, b"hello", True)
+        resp.release()
+        resp = await client.post(url, CMPL, b"{}", {})
+        assert resp.status == 400 and resp.content_type == "application/json"
+        assert await resp.read(100) == b'{"error": "bad"}'
+        resp.release()  # not kept: HTTP/1.0, ended by close
+        assert client.connects == 1 and client.idle_connections() == 0
+        first = seen[0]
+        assert first.startswith(b"POST /base/v1/completions HTTP/1.1\r\n")
+        assert b"\r\nx-request-id: r1\r\n" in first and first.endswith(b'\r\n\r\n{"a":1}')
+        with pytest.raises(PodIOError, match="line break"):
+            await client.post(url, CMPL, b"{}", {"x-evil": "a\r\nb: c"})
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_refused_connection_is_an_error():
+    server, url = await _raw_pod(lambda r, w: asyncio.sleep(0))
+    server.close()
+    await server.wait_closed()
+    client = _client()
+    try:
+        with pytest.raises(PodIOError, match="connect"):
+            await client.post(url, CMPL, b"{}", {})
+    finally:
+        await client.close()
