@@ -89,14 +89,17 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    """`headroom bench predictor|gateway ...` (each parses its own options)."""
-    if not argv or argv[0] not in ("predictor", "gateway"):
-        print("usage: headroom bench {predictor,gateway} [options] (--help for each)")
+    """`headroom bench predictor|gateway|prediction-bound ...` (each parses its own options)."""
+    kinds = ("predictor", "gateway", "prediction-bound")
+    if not argv or argv[0] not in kinds:
+        print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
         return 2
     if argv[0] == "predictor":
         from bench.bench_predictor import run
-    else:
+    elif argv[0] == "gateway":
         from bench.bench_gateway import run
+    else:
+        from bench.bench_prediction_bound import run
     return run(argv[1:])
 
 
@@ -154,8 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     replay.set_defaults(func=_replay)
     sub.add_parser(
         "bench", add_help=False,
-        help="hot-path benchmarks: `bench predictor` (decisions/s, latency), "
-        "`bench gateway` (what the gateway adds)",
+        help="benchmarks: `bench predictor` (decisions/s, latency), `bench gateway` (what the "
+        "gateway adds), `bench prediction-bound` (how predictable latency is at all)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")

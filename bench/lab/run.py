@@ -52,10 +52,14 @@ def run_lab(
     trace: Trace | None = None,
     scheduling: SchedulingConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_submit: Callable | None = None,
+    records_out: list | None = None,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
-    ``progress(done, total)`` is called as arrivals are routed."""
+    ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
+    simulation's hook (see :class:`LabSimulation`) and ``records_out``, when given, receives
+    the per-request records."""
     started = time.perf_counter()
     trace = trace if trace is not None else load_lab_trace(config)
     scheduling = scheduling or load_config(config.profiles_path)
@@ -100,9 +104,12 @@ def run_lab(
         pod_ingress_s=config.pod_ingress_ms / 1000.0,
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
+        on_submit=on_submit,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
+    if records_out is not None:
+        records_out.extend(records)
     summary = summarize(records, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
     prediction = _prediction(records, learner, config, interval, summary["routing"])
     report = {

@@ -104,6 +104,7 @@ class LabSimulation:
         pod_ingress_s: float = 0.0,
         predict_latency_s: float = 0.0,
         learner: OnlineLearner | None = None,
+        on_submit: Callable[[str, Engine, list[float], float], None] | None = None,
     ) -> None:
         self.requests = requests
         self.profile = profile
@@ -136,6 +137,9 @@ class LabSimulation:
         # handler, pending request)
         self._events: list[tuple[float, int, Callable[[_Pending, float], None], _Pending]] = []
         self.learner = learner
+        # called with (request id, its pod's engine, its feature row, now) just before a
+        # request reaches its engine (bench/bench_prediction_bound.py observes the truth)
+        self.on_submit = on_submit
         self.records = [
             RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in requests
         ]
@@ -370,6 +374,8 @@ class LabSimulation:
         """The request reached its pod (after HTTP and the pod's tokenizer)."""
         rec, req, pod, i = p.record, p.request, p.pod, p.chosen
         assert pod is not None and i is not None
+        if self.on_submit is not None:
+            self.on_submit(p.rid, pod.engine, p.prep.rows.rows[i], now)
         try:
             pod.engine.submit(p.rid, p.tokens, req.output_tokens, now)
         except ValueError as e:  # the pod answers 400 (prompt too long): no retry

@@ -81,6 +81,19 @@ class EngineStats:
     discarded_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """The exact state a router could at best know about an engine at one moment (the
+    prediction-bound benchmark compares models on it with models on the gateway's rows)."""
+
+    waiting: int
+    running: int
+    decoding: int  # running requests past their prefill
+    prefill_tokens: int  # prompt (and recomputed) tokens not yet computed, waiting + running
+    context_tokens: int  # tokens held by running requests (KV read by every decode step)
+    decode_tokens: int  # output tokens the running requests still have to produce
+
+
 @dataclass(slots=True, eq=False)
 class _Request:
     req_id: str
@@ -392,6 +405,21 @@ class Engine:
             steps=self._steps,
             computed_tokens=self._computed,
             discarded_tokens=self._discarded,
+        )
+
+    def load(self) -> EngineLoad:
+        def todo(r: _Request) -> int:  # prefill left (0 once decoding)
+            left = r.total_tokens - r.num_computed
+            return left if r.generated == 0 or left > 1 else 0
+
+        run = self._running
+        return EngineLoad(
+            waiting=len(self._waiting),
+            running=len(run),
+            decoding=sum(1 for r in run if r.generated > 0 and todo(r) == 0),
+            prefill_tokens=sum(todo(r) for r in run) + sum(todo(r) for r in self._waiting),
+            context_tokens=sum(r.num_computed for r in run),
+            decode_tokens=sum(r.max_tokens - r.generated for r in run),
         )
 
     def running_ids(self) -> list[str]:

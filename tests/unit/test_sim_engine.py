@@ -346,3 +346,22 @@ def test_every_submitted_request_finishes_exactly_once(blocks, max_num_seqs, bud
             assert sum(ev.finished for ev in evs) == 1
         else:
             assert rid in aborted
+
+
+def test_load_reports_prefill_left_context_and_decodes():
+    e = Engine(get_profile("h100-llama3-8b"), seed=0)
+    assert e.load().prefill_tokens == 0 and e.load().running == 0
+    e.submit("a", list(range(10_000)), 5, 0.0)
+    e.submit("b", list(range(20_000, 20_100)), 3, 0.0)
+    ld = e.load()
+    assert (ld.waiting, ld.running, ld.prefill_tokens) == (2, 0, 10_100)
+    now = 1.0  # past the API overhead: both become schedulable
+    out = e.step(now)  # 8192 tokens of a's prompt in the first step
+    ld = e.load()
+    assert ld.running == 1 and ld.waiting == 1 and ld.decoding == 0
+    assert ld.prefill_tokens == 10_100 - 8192 and ld.context_tokens == 8192
+    now += out.duration_s
+    while e.load().decoding < 2:
+        now += e.step(now).duration_s
+    ld = e.load()
+    assert ld.prefill_tokens == 0 and ld.decode_tokens <= 5 + 3 - 2

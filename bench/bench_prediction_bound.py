@@ -1,0 +1,178 @@
+"""How well can TTFT and TPOT be predicted at routing time at all? (issue 5, done-means 1)
+
+One lab run (any policy) records, for every request as it reaches its pod, the gateway's
+feature row *and* the exact state of the pod's engine at that moment (waiting and running
+requests, prefill tokens left, KV context held, decode tokens left, the request's real
+prefix-cache hit). The same XGBoost models the trainer fits (200 trees, depth 6, log
+targets) are then fitted on three feature sets, refitted every ``--step`` samples on all
+samples before and scored on the next ones, starting after ``--after`` samples:
+
+- ``gateway``: the 11 upstream features the gateway sends the predictor,
+- ``state oracle``: the engine's exact state plus the request's own tokens and real cache hit
+  (what no router can know, only better than it),
+- ``gateway + state oracle``.
+
+If even the state oracle cannot reach a MAPE, no routing-time feature can: what is left is
+set by what happens *after* the decision (later arrivals' prefill chunks slowing every
+decode step, the step that is running when the request arrives). ``--tail`` also reports
+TPOT error without the trace's final drain (the last ``--tail`` seconds of arrivals), where
+nothing arrives any more and TPOT falls to bare decode speed.
+
+    headroom bench prediction-bound --trace ../shared/traces/X --rate-scale R
+        [--policy headroom] [--limit N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import xgboost as xgb
+
+from bench.lab.config import LabConfig
+from bench.lab.run import run_lab
+from shared.features import TPOT_COLUMNS, TTFT_COLUMNS
+
+STATE = ("waiting", "running", "decoding", "prefill_tokens", "context_tokens", "decode_tokens")
+
+
+def collect(config: LabConfig) -> tuple[dict, dict[str, np.ndarray]]:
+    """Run the lab; per completed request: gateway row, engine state, own tokens, labels."""
+    seen: dict[str, tuple[list[float], tuple[int, ...], float]] = {}
+
+    def on_submit(rid, engine, row, now):
+        ld = engine.load()
+        seen[rid] = (list(row), tuple(getattr(ld, k) for k in STATE), now)
+
+    records: list = []
+    report = run_lab(config, on_submit=on_submit, records_out=records)
+    rows, state, own, ttft, tpot, t = [], [], [], [], [], []
+    for r in records:
+        s = seen.get(f"r{r.index}")
+        if s is None or r.pod_ttft_ms is None:
+            continue
+        rows.append(s[0])
+        state.append(s[1])
+        own.append((r.input_tokens, r.max_tokens))
+        ttft.append(r.pod_ttft_ms)
+        tpot.append(np.nan if r.tpot_ms is None else r.tpot_ms)
+        t.append(s[2])
+    data = {
+        "rows": np.array(rows, dtype=np.float64),
+        "state": np.array(state, dtype=np.float64),
+        "own": np.array(own, dtype=np.float64),
+        "ttft": np.array(ttft),
+        "tpot": np.array(tpot),
+        "t": np.array(t),
+    }
+    return report, data
+
+
+def walk_forward(
+    x: np.ndarray, y: np.ndarray, *, after: int, step: int, rounds: int = 200
+) -> np.ndarray:
+    """Predictions for rows ``after..`` from models fitted (log target) on all earlier rows,
+    refitted every ``step`` rows; NaN before ``after``."""
+    n = len(y)
+    pred = np.full(n, np.nan)
+    ok = np.isfinite(y)
+    params = {"max_depth": 6, "eta": 0.05, "nthread": 1, "tree_method": "hist", "seed": 0}
+    for start in range(after, n, step):
+        train = ok.copy()
+        train[start:] = False
+        booster = xgb.train(params, xgb.DMatrix(x[train], np.log1p(y[train])), rounds)
+        stop = min(n, start + step)
+        pred[start:stop] = np.expm1(booster.predict(xgb.DMatrix(x[start:stop])))
+    return pred
+
+
+def errors(pred: np.ndarray, y: np.ndarray, mask: np.ndarray) -> dict[str, float | int | None]:
+    m = mask & np.isfinite(pred) & np.isfinite(y)
+    if not m.any():
+        return {"mape": None, "median_ape": None, "n": 0}
+    ape = np.abs(pred[m] - y[m]) / np.maximum(y[m], 1.0)
+    return {"mape": round(float(ape.mean()), 4), "median_ape": round(float(np.median(ape)), 4),
+            "n": int(m.sum())}  # fmt: skip
+
+
+def evaluate(data: dict[str, np.ndarray], *, after: int, step: int, tail_s: float) -> dict:
+    """Errors per target and feature set (see the module docstring)."""
+    order = np.argsort(data["t"], kind="stable")
+    d = {k: v[order] for k, v in data.items()}
+    rows, state, own = d["rows"], d["state"], d["own"]
+    # the request's own uncached tokens, as the engine saw them, belong to the oracle
+    oracle = np.column_stack([state, own])
+    n = len(d["ttft"])
+    scored = np.arange(n) >= after
+    steady = scored & (d["t"] < d["t"].max() - tail_s)
+    out: dict = {}
+    for target, cols in (("ttft", TTFT_COLUMNS), ("tpot", TPOT_COLUMNS)):
+        y = d[target]
+        gw = rows[:, list(cols)]
+        sets = {"gateway": gw, "state oracle": oracle, "gateway + state oracle":
+                np.column_stack([gw, oracle])}  # fmt: skip
+        res = {}
+        for name, x in sets.items():
+            pred = walk_forward(x, y, after=after, step=step)
+            res[name] = errors(pred, y, scored)
+            if target == "tpot":
+                res[name]["without_final_drain"] = errors(pred, y, steady)
+        out[target] = res
+    return out
+
+
+def summary(result: dict) -> str:
+    lines = [f"{result['policy']} on {result['trace']} (rate x{result['rate_scale']}), "
+             f"{result['requests']} requests, scored after {result['after']}:"]  # fmt: skip
+    for target in ("ttft", "tpot"):
+        for name, e in result["errors"][target].items():
+            extra = ""
+            w = e.get("without_final_drain")
+            if w is not None and w["mape"] is not None:
+                extra = f"  (without the final drain: {100 * w['mape']:.1f}%)"
+            lines.append(f"  {target.upper():4s} {name:24s} MAPE {100 * e['mape']:6.1f}%  "
+                         f"median APE {100 * e['median_ape']:5.1f}%{extra}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def run(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="headroom bench prediction-bound", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--trace", required=True, help="Mooncake .jsonl or Azure .csv trace")
+    p.add_argument("--rate-scale", type=float, required=True)
+    p.add_argument("--policy", default="headroom")
+    p.add_argument("--pods", type=int, default=8)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--after", type=int, default=2000, help="score requests after this many")
+    p.add_argument("--step", type=int, default=500, help="refit every this many samples")
+    p.add_argument("--tail", type=float, default=30.0, help="seconds of final drain to leave "
+                   "out of the second TPOT figure")  # fmt: skip
+    p.add_argument("--json", help="write the result here")
+    a = p.parse_args(argv)
+    started = time.perf_counter()
+    config = LabConfig(trace=a.trace, policy=a.policy, pods=a.pods, rate_scale=a.rate_scale,
+                       limit=a.limit, seed=a.seed, streaming=True)  # fmt: skip
+    report, data = collect(config)
+    result = {
+        "policy": a.policy, "trace": report["trace"], "rate_scale": a.rate_scale,
+        "pods": a.pods, "requests": len(data["ttft"]), "after": a.after, "step": a.step,
+        "errors": evaluate(data, after=a.after, step=a.step, tail_s=a.tail),
+        "lab_prediction": report["prediction"],
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }  # fmt: skip
+    text = json.dumps(result, indent=1)
+    print(text)
+    print(summary(result), file=sys.stderr)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,34 @@
+"""The prediction-bound benchmark: walk-forward fitting, the error summary, and a tiny lab
+run that observes the engine's state as each request reaches its pod."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.bench_prediction_bound import collect, errors, evaluate, walk_forward
+from bench.lab.config import LabConfig
+from bench.lab.synthetic import write_mooncake_trace
+
+
+def test_walk_forward_learns_only_from_the_past():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(1, 100, (600, 2))
+    y = 10 + 3 * x[:, 0]
+    pred = walk_forward(x, y, after=300, step=100, rounds=50)
+    assert np.isnan(pred[:300]).all() and np.isfinite(pred[300:]).all()
+    e = errors(pred, y, np.arange(600) >= 300)
+    assert e["n"] == 300 and e["mape"] < 0.1
+    assert errors(pred, y, np.zeros(600, bool)) == {"mape": None, "median_ape": None, "n": 0}
+
+
+def test_collect_and_evaluate_on_a_small_lab_run(tmp_path):
+    trace = write_mooncake_trace(tmp_path / "m.jsonl", 120, rate_rps=8.0)
+    report, data = collect(LabConfig(trace=str(trace), policy="gie-default", pods=2))
+    n = len(data["ttft"])
+    assert n == report["completed"] == 120
+    assert data["rows"].shape == (n, 11) and data["state"].shape == (n, 6)
+    assert (data["state"] >= 0).all() and (data["ttft"] > 0).all()
+    out = evaluate(data, after=60, step=30, tail_s=1.0)
+    for target in ("ttft", "tpot"):
+        assert set(out[target]) == {"gateway", "state oracle", "gateway + state oracle"}
+        assert all(v["n"] > 0 and v["mape"] >= 0 for v in out[target].values())
