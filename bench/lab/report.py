@@ -47,21 +47,21 @@ class RequestRecord:
     error: str | None = None
     dispatched_s: float | None = None  # sent to its pod (after any wait in the gateway)
 
+    def _from_dispatch(self, ms: float | None) -> float | None:
+        """A latency from the request being sent, counted from its dispatch instead."""
+        if ms is None or self.dispatched_s is None:
+            return ms
+        return ms - (self.dispatched_s - self.arrival_s) * 1000.0
+
     @property
     def pod_ttft_ms(self) -> float | None:
         """TTFT from the dispatch to the pod, as the gateway measures it for training samples
         and predictions (the request's own wait in the gateway's queue excluded)."""
-        t = self.ttft_ms
-        if t is None or self.dispatched_s is None:
-            return t
-        return t - (self.dispatched_s - self.arrival_s) * 1000.0
+        return self._from_dispatch(self.ttft_ms)
 
     @property
     def pod_e2e_ms(self) -> float | None:
-        e = self.e2e_ms
-        if e is None or self.dispatched_s is None:
-            return e
-        return e - (self.dispatched_s - self.arrival_s) * 1000.0
+        return self._from_dispatch(self.e2e_ms)
 
     @property
     def ttft_ms(self) -> float | None:
