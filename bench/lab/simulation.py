@@ -275,13 +275,10 @@ class LabSimulation:
             self._route(req, rec, tokens, cands, now)
             return
         hashes = self.index.hashes(tokens)
-        priority = self.priority
-        if priority is None:
-            priority = self.scheduling.objective(self.model).priority
-        w = Waiter(
-            self.model, priority,
-            routing.best_service_s(self.view.cost, self.index, cands, tokens, hashes), now,
-            self.slo_ttft_ms, payload=(req, rec, tokens, hashes),
+        w = routing.waiter(
+            self.scheduling, self.view.cost, self.index, cands, tokens, hashes,
+            model=self.model, now=now, priority=self.priority, slo_ttft_ms=self.slo_ttft_ms,
+            payload=(req, rec, tokens, hashes),
         )  # fmt: skip
         try:
             released = self.flow.offer(w, cands, now)

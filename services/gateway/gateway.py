@@ -249,12 +249,12 @@ class Gateway:
         """Wait in the profile's flow-control queue until released (at once when a pod has
         room); 503 when the queue is full."""
         now = self.clock()
-        priority = obj.priority
-        if priority is None:
-            priority = self.scheduling.objective(req.model).priority
-        service = routing.best_service_s(self.view.cost, self.index, cands, tokens, hashes)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        w = Waiter(req.model, priority, service, now, obj.slo_ttft_ms, payload=future)
+        w = routing.waiter(
+            self.scheduling, self.view.cost, self.index, cands, tokens, hashes,
+            model=req.model, now=now, priority=obj.priority, slo_ttft_ms=obj.slo_ttft_ms,
+            payload=future,
+        )  # fmt: skip
         try:
             released = flow.offer(w, cands, now)
         except QueueFull as e:

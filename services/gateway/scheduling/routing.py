@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from services.gateway.scheduling.config import SchedulingConfig
 from services.gateway.scheduling.cost_model import PrefillCostModel
 from services.gateway.scheduling.cycle import Decision, SchedulingRequest
+from services.gateway.scheduling.flow import Waiter
 from services.gateway.scheduling.pod_view import Candidate, PodView
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
@@ -99,6 +100,28 @@ def best_service_s(
     n = len(tokens)
     scores = index.scores((c.name for c in candidates), hashes)
     return min((cost.estimate((1.0 - s) * n, s * n) for s in scores), default=0.0)
+
+
+def waiter(
+    config: SchedulingConfig,
+    cost: PrefillCostModel,
+    index: PrefixIndex,
+    candidates: Sequence[Candidate],
+    tokens: Sequence[int],
+    hashes: Sequence[int],
+    *,
+    model: str,
+    now: float,
+    priority: int | None = None,
+    slo_ttft_ms: float | None = None,
+    payload: object = None,
+) -> Waiter:
+    """The flow-control queue's entry for a request (``priority`` None: the model
+    objective's), keyed by its shortest estimated prefill over the candidates."""
+    if priority is None:
+        priority = config.objective(model).priority
+    service = best_service_s(cost, index, candidates, tokens, hashes)
+    return Waiter(model, priority, service, now, slo_ttft_ms, payload=payload)
 
 
 def decide(
