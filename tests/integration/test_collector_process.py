@@ -4,38 +4,21 @@ clean exit on SIGTERM (also while NATS is unreachable at start-up)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from pathlib import Path
 
 from shared.bus import connect_nats
 from shared.embedded import free_port
 from shared.schemas import PodSnapshot
+from tests.integration.service_process import spawn, terminate
 from tests.integration.test_collector_scraper import FakePod
 from tests.unit.test_collector_parsers import vllm_page
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 async def _spawn(env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.collector", cwd=ROOT,
-        env={**os.environ, **env}, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    return await spawn("services.collector", env)
 
 
 async def _terminate(proc: asyncio.subprocess.Process) -> tuple[int, bytes]:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), 15)
-    except TimeoutError:
-        proc.kill()
-        _, err = await proc.communicate()
-        raise AssertionError(
-            f"collector ignored SIGTERM; stderr:\n{err.decode()[-2000:]}"
-        ) from None
-    return proc.returncode, err
+    return await terminate(proc, "collector")
 
 
 async def test_process_publishes_and_stops_on_sigterm(isolated):

@@ -48,14 +48,21 @@ def _body(tokens: int, seed: int, max_tokens: int = 4) -> dict:
     return {"model": MODEL, "prompt": synth_text(tokens, seed=seed), "max_tokens": max_tokens}
 
 
+async def _occupy(st, seed: int, max_tokens: int) -> asyncio.Task:
+    """A long prefill (20k tokens) on the only pod: the task streams it; returns once it is
+    dispatched."""
+    task = asyncio.create_task(_first_token_at(st, _body(20_000, seed, max_tokens=max_tokens)))
+    await wait_for(lambda: st.gw.view.total_in_flight() == 1, 10, "blocker dispatched")
+    return task
+
+
 async def test_queued_requests_leave_shortest_first(isolated, tmp_path):
     path = _profiles(tmp_path)
     async with gateway_stack(isolated, n_pods=1, profiles_path=path) as st:
         await st.snapshot(loads={"pod-0": {}})
         flow = st.gw.flows["headroom"]
         # a long prefill occupies the pod; two requests arrive while it runs, long then short
-        blocker = asyncio.create_task(_first_token_at(st, _body(20_000, 1, max_tokens=200)))
-        await wait_for(lambda: st.gw.view.total_in_flight() == 1, 10, "blocker dispatched")
+        blocker = await _occupy(st, 1, max_tokens=200)
         long_ = asyncio.create_task(_first_token_at(st, _body(6_000, 2)))
         await wait_for(lambda: flow.queued == 1, 10, "long request queued")
         short = asyncio.create_task(_first_token_at(st, _body(20, 3)))
@@ -75,8 +82,7 @@ async def test_full_queue_gets_503_and_a_departed_client_leaves_no_trace(isolate
     async with gateway_stack(isolated, n_pods=1, profiles_path=path, retry_after_s=4) as st:
         await st.snapshot(loads={"pod-0": {}})
         flow = st.gw.flows["headroom"]
-        blocker = asyncio.create_task(_first_token_at(st, _body(20_000, 4, max_tokens=50)))
-        await wait_for(lambda: st.gw.view.total_in_flight() == 1, 10, "blocker dispatched")
+        blocker = await _occupy(st, 4, max_tokens=50)
         waiting = asyncio.create_task(_first_token_at(st, _body(100, 5)))
         await wait_for(lambda: flow.queued == 1, 10, "request queued")
         status, _, h = await _first_token_at(st, _body(100, 6))

@@ -4,34 +4,19 @@ stops cleanly on SIGTERM, also while NATS is unreachable at start-up."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from pathlib import Path
 
 import aiohttp
 
 from shared.embedded import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.service_process import spawn, terminate
 
 
 async def _spawn(env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.gateway", cwd=ROOT,
-        env={**os.environ, **env}, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    return await spawn("services.gateway", env)
 
 
 async def _terminate(proc: asyncio.subprocess.Process) -> tuple[int, bytes]:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), 15)
-    except TimeoutError:
-        proc.kill()
-        _, err = await proc.communicate()
-        raise AssertionError(f"gateway ignored SIGTERM; stderr:\n{err.decode()[-2000:]}") from None
-    return proc.returncode, err
+    return await terminate(proc, "gateway")
 
 
 async def test_process_serves_and_stops_on_sigterm(isolated):
