@@ -7,8 +7,8 @@ the way ``TrainerService.fit_now`` does (``refit_gate``: skip under ``min_new_sa
 ``min_samples`` labelled ones, then ``run_cycle`` against the current model, promote only
 when not worse, ``build_meta`` + ``LatencyModel.from_blobs`` for the new current model). A
 promoted version reaches the predictor ``publish_delay_s`` later (fit time, Redis,
-announcement), passes ``check_servable`` and answers with ``predict_rows`` (the predictor's
-``objective`` picks mean or quantile models).
+announcement), passes ``check_servable`` and answers through the predictor's own
+``CompiledModel`` (its ``objective`` picks mean or quantile models).
 
 Deterministic for a given seed (XGBoost single-threaded, seeded holdouts). No I/O.
 """
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.predictor.core import check_servable, predict_rows
+from services.predictor.core import check_servable
+from services.predictor.inference import CompiledModel
 from services.trainer.cycle import PROMOTE, REJECT, build_meta, run_cycle
 from services.trainer.fitting import TrainingData, refit_gate
 from services.trainer.settings import TrainerSettings
@@ -65,6 +66,7 @@ class OnlineLearner:
         self.limits = s.limits()
         self.current: LatencyModel | None = None  # the trainer's current version
         self.served: LatencyModel | None = None  # what the predictor answers with
+        self._compiled: CompiledModel | None = None  # its fast inference
         self._pending: list[tuple[float, LatencyModel]] = []  # (install at, model)
         self._fitted_at_added = 0
         self._seq = 0
@@ -136,6 +138,7 @@ class OnlineLearner:
             except SchemaError:
                 continue  # refused; the last good model stays in service
             self.served = model
+            self._compiled = CompiledModel(model, self.prefer)
 
     def next_install(self) -> float | None:
         return self._pending[0][0] if self._pending else None
@@ -143,12 +146,11 @@ class OnlineLearner:
     # --- the predictor ------------------------------------------------------------------
     def predict(self, rows: list[list[float]]) -> Served | None:
         """The predictor's answer for these rows, or None before the first model."""
-        model = self.served
-        if model is None:
+        model, compiled = self.served, self._compiled
+        if model is None or compiled is None:
             return None
-        x = np.asarray(rows, dtype=np.float64)
-        ttft, tpot = predict_rows(model, x, self.prefer)
-        return Served(model.version, ttft, tpot)
+        ttft, tpot = compiled.predict(np.asarray(rows, dtype=np.float32))
+        return Served(model.version, ttft.tolist(), tpot.tolist())
 
     def quantile_row(self, row: list[float]) -> tuple[float | None, float | None]:
         """The served version's p90 (quantile) predictions for one row, when it has quantile

@@ -95,14 +95,6 @@ def predict_arrays(
     return ttft, tpot
 
 
-def predict_rows(
-    model: LatencyModel, rows: np.ndarray, prefer: str = "mean"
-) -> tuple[list[float], list[float]]:
-    """:func:`predict_arrays` as lists (the routing lab's in-process predictor)."""
-    ttft, tpot = predict_arrays(model, rows, prefer)
-    return ttft.tolist(), tpot.tolist()
-
-
 @dataclass(slots=True)
 class Job:
     """One decoded request: its rows, or the error reply it gets."""

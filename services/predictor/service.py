@@ -10,7 +10,9 @@ replica that is up serves the current version within ``reload_interval_s``.
 Predict requests are decoded as they arrive and queued; one batch task predicts everything
 queued since its last call in one prediction call (at most ``max_batch_rows`` rows), in a
 worker thread when the batch has more than ``inline_max_rows`` rows, so the event loop keeps
-answering NATS and ``/health`` while the predictor is saturated.
+answering NATS and ``/health`` while the predictor is saturated. A request that arrives
+while nothing is queued or being predicted (and has at most ``inline_max_rows`` rows) is
+answered at once in its own callback: a lone decision skips the hop to the batch task.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class PredictorService:
         self._pending: deque[Job] = deque()
         self._wake = asyncio.Event()
         self._batch_task: asyncio.Task | None = None
-        self._busy = False
+        self._busy = 0  # batches being predicted (batch task and inline answers)
         self._idle = asyncio.Event()
         self._predict_sub = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
@@ -164,10 +166,28 @@ class PredictorService:
         elif job.error is not None:
             await self._respond(msg, job.error)
             return
+        if not self._pending and not self._busy and job.n_rows <= self.handler.inline_max_rows \
+                and not self._backlog():  # fmt: skip
+            # nothing to batch it with: answer now, without waking the batch task (a lone
+            # decision pays no extra hop; requests arriving meanwhile queue for the task)
+            self._busy += 1
+            self._idle.clear()
+            try:
+                await self._serve([job], self.slot.model)
+            finally:
+                self._busy -= 1
+                if not self._pending and not self._busy:
+                    self._idle.set()
+            return
         self._pending.append(job)
         self._idle.clear()
         self.metrics.queued_requests.set(len(self._pending))
         self._wake.set()
+
+    def _backlog(self) -> int:
+        """Requests received from NATS but not yet handed to :meth:`_on_predict`."""
+        sub = self._predict_sub
+        return sub.pending_msgs if sub is not None else 0
 
     @staticmethod
     async def _respond(msg: Msg, data: bytes) -> None:
@@ -195,30 +215,39 @@ class PredictorService:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                self._busy = True
+                self._busy += 1
                 try:
                     jobs = self._take()
                     model = self.slot.model  # read once: the whole batch uses this version
-                    started_ns = time.time_ns() if self._tracing is not None else 0
                     if sum(j.n_rows for j in jobs) > self.handler.inline_max_rows:
-                        replies = await loop.run_in_executor(
-                            self._executor, self.handler.run_batch, jobs, model
-                        )
+                        await self._serve(jobs, model, loop)
                     else:
-                        replies = self.handler.run_batch(jobs, model)
-                    if self._tracing is not None:
-                        self._trace_batch(jobs, model, started_ns)
-                    for job, data in zip(jobs, replies, strict=True):
-                        await self._respond(job.token, data)  # type: ignore[arg-type]
-                        if self._tracing is not None:
-                            span = self._spans.pop(id(job), None)
-                            if span is not None:
-                                self._tracing.end(span)
+                        await self._serve(jobs, model)
                 except Exception:  # defensive: the loop must survive anything
                     log.exception("predict batch failed")
                 finally:
-                    self._busy = False
-            self._idle.set()
+                    self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+
+    async def _serve(self, jobs: list[Job], model, loop=None) -> None:
+        """Predict ``jobs`` in one call with ``model`` (in the worker thread when ``loop`` is
+        given) and answer each."""
+        started_ns = time.time_ns() if self._tracing is not None else 0
+        if loop is not None:
+            replies = await loop.run_in_executor(
+                self._executor, self.handler.run_batch, jobs, model
+            )
+        else:
+            replies = self.handler.run_batch(jobs, model)
+        if self._tracing is not None:
+            self._trace_batch(jobs, model, started_ns)
+        for job, data in zip(jobs, replies, strict=True):
+            await self._respond(job.token, data)  # type: ignore[arg-type]
+            if self._tracing is not None:
+                span = self._spans.pop(id(job), None)
+                if span is not None:
+                    self._tracing.end(span)
 
     def _trace_batch(self, jobs: list[Job], model, started_ns: int) -> None:
         assert self._tracing is not None

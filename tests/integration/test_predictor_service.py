@@ -289,3 +289,43 @@ async def test_rollback_reaches_replicas_that_missed_the_announcement(isolated):
             await p.stop()
         await nc.close()
         await r.aclose()
+
+
+async def test_a_lone_request_is_answered_inline_and_a_burst_is_batched(isolated):
+    """A request that finds nothing queued is answered in its own callback (the batch task
+    is not needed for it); requests that arrive while one is being predicted are queued and
+    predicted together in one call."""
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    r = connect_redis(isolated["redis_url"])
+    p = PredictorService(predictor_settings(isolated, "inline", reload_interval_s=30.0))
+    try:
+        v1 = await publish_model(r, nc, names, announce=False)
+        await p.start()
+        batch_task = p._batch_task
+        batch_task.cancel()  # only the inline path is left
+        with pytest.raises(asyncio.CancelledError):
+            await batch_task
+        for _ in range(3):
+            reply = await predict(nc, names)
+            assert reply.status == "ok" and reply.model_version == v1
+        assert metric(p, "headroom_predictor_batch_requests_count") == 3
+
+        p._batch_task = asyncio.create_task(p._batch_loop())
+        real = p.handler.run_batch
+        sizes: list[int] = []
+
+        def slow(jobs, model=None):  # a first lone call holds the loop: the others queue
+            sizes.append(len(jobs))
+            if len(sizes) == 1:
+                time.sleep(0.2)
+            return real(jobs, model)
+
+        p.handler.run_batch = slow
+        replies = await asyncio.gather(*(predict(nc, names) for _ in range(6)))
+        assert all(x.status == "ok" for x in replies)
+        assert sum(sizes) == 6 and max(sizes) > 1, sizes  # some were predicted together
+    finally:
+        await p.stop()
+        await nc.close()
+        await r.aclose()
