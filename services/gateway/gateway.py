@@ -133,12 +133,15 @@ class Gateway:
             telemetry=self.tel,
         )
         self.samples = SamplePublisher(
-            js,
+            self.nc,
             self.names.samples(s.pool),
             self.metrics,
             s.sample_publish_timeout_s,
+            linger_s=s.sample_linger_ms / 1000,
+            max_batch=s.sample_max_batch,
             telemetry=self.tel,
         )
+        await self.samples.start()
         await self.nc.subscribe(self.names.pod_snapshots(s.pool), cb=self._on_snapshot_msg)
         self.pod_client = PodClient(
             connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s

@@ -50,6 +50,12 @@ class GatewaySettings(CommonSettings):
     sample_publish_timeout_s: float = Field(
         5.0, gt=0, description="JetStream publish timeout of one training sample"
     )
+    sample_linger_ms: float = Field(
+        50.0, ge=0, description="Training samples are buffered this long and published together"
+    )
+    sample_max_batch: int = Field(
+        256, ge=1, description="A buffer of this many training samples is published at once"
+    )
     profiles_path: str = Field(
         "", description="Scheduling profiles YAML file (empty: the shipped profiles.yaml)"
     )

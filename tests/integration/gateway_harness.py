@@ -153,6 +153,9 @@ class Stack:
         return out
 
     async def sample_count(self) -> int:
+        """Samples in the stream once the gateway has handed over all it holds (samples are
+        published in batches: services/gateway/samples.py)."""
+        await wait_for(lambda: self.gw.samples.pending == 0, what="samples handed over")
         return (await self.nc.jetstream().stream_info(self.names.samples_stream)).state.messages
 
 
