@@ -111,6 +111,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future | None = None
         self.last_data = 0.0
         self.in_use = False
+        self.watchdog: asyncio.TimerHandle | None = None  # the read timeout while in use
 
     # --- protocol callbacks (httptools and asyncio) ----------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -187,37 +188,47 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     async def _wait(self) -> None:
-        """Wait for the next callback; PodIOError after ``read_timeout`` without data."""
+        """Wait for the next callback; PodIOError after ``read_timeout`` without data (the
+        watchdog armed once per request fails the connection, which wakes the waiter)."""
         if self.error is not None:
             raise self.error
         if self.closed:
             raise PodIOError("pod closed the connection")
         self.waiter = fut = self.loop.create_future()
-        timeout = self.client.read_timeout_s
-        timer = self.loop.call_at(self.last_data + timeout, self._check_silence, fut)
         try:
             await fut
         finally:
-            timer.cancel()
             self.waiter = None
         if self.error is not None:
             raise self.error
 
-    def _check_silence(self, fut: asyncio.Future) -> None:
-        if fut.done():
+    def _check_silence(self) -> None:
+        self.watchdog = None
+        if not self.in_use or self.complete or self.error is not None:
             return
         timeout = self.client.read_timeout_s
-        silent = self.loop.time() - self.last_data
-        if silent >= timeout:
+        now = self.loop.time()
+        if self.waiter is None:  # nobody is waiting for data (the reader is busy): later
+            self.watchdog = self.loop.call_at(now + timeout, self._check_silence)
+        elif now - self.last_data >= timeout:
             self._fail(PodIOError(f"no data from the pod for {timeout:g} s"))
         else:  # data came meanwhile: check again when the silence could have run out
-            self.loop.call_at(self.last_data + timeout, self._check_silence, fut)
+            self.watchdog = self.loop.call_at(self.last_data + timeout, self._check_silence)
+
+    def _disarm(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
 
     # --- the exchange -------------------------------------------------------------------------
     async def request(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
         self.in_use = True
         self.last_data = self.loop.time()
+        self._disarm()
+        self.watchdog = self.loop.call_at(
+            self.last_data + self.client.read_timeout_s, self._check_silence
+        )
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)
@@ -242,6 +253,7 @@ class _Connection(asyncio.Protocol):
         return piece
 
     def finish(self) -> None:
+        self._disarm()
         if self.complete and self.error is None and not self.closed and not self.pieces:
             if self.keep_alive:
                 self.client._put_back(self)
@@ -249,6 +261,7 @@ class _Connection(asyncio.Protocol):
         self.abort()
 
     def abort(self) -> None:
+        self._disarm()
         self.in_use = False
         if not self.closed:
             self.closed = True
