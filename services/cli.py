@@ -89,8 +89,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    """`headroom bench predictor|gateway|prediction-bound ...` (each parses its own options)."""
-    kinds = ("predictor", "gateway", "prediction-bound")
+    """`headroom bench predictor|gateway|inference|prediction-bound ...` (each parses its own
+    options)."""
+    kinds = ("predictor", "gateway", "inference", "prediction-bound")
     if not argv or argv[0] not in kinds:
         print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
         return 2
@@ -98,6 +99,8 @@ def _bench(argv: list[str]) -> int:
         from bench.bench_predictor import run
     elif argv[0] == "gateway":
         from bench.bench_gateway import run
+    elif argv[0] == "inference":
+        from bench.bench_inference import run
     else:
         from bench.bench_prediction_bound import run
     return run(argv[1:])
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "bench", add_help=False,
         help="benchmarks: `bench predictor` (decisions/s, latency), `bench gateway` (what the "
-        "gateway adds), `bench prediction-bound` (how predictable latency is at all)",
+        "gateway adds), `bench inference` (the predictor's inference paths), "
+        "`bench prediction-bound` (how predictable latency is at all)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")
