@@ -135,6 +135,12 @@ class PredictHandler:
             c = self._compiled = CompiledModel(model, self.prefer)
         return c
 
+    def small_rows(self) -> int:
+        """Requests of at most this many rows are cheap to answer on their own (the served
+        model's forest handles them: services/predictor/inference.py); 0 before a model."""
+        model = self.slot.model
+        return 0 if model is None else self.compiled(model).forest_rows
+
     # --- replies ------------------------------------------------------------------------
     def _reply(
         self,

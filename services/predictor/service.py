@@ -10,9 +10,10 @@ replica that is up serves the current version within ``reload_interval_s``.
 Predict requests are decoded as they arrive and queued; one batch task predicts everything
 queued since its last call in one prediction call (at most ``max_batch_rows`` rows), in a
 worker thread when the batch has more than ``inline_max_rows`` rows, so the event loop keeps
-answering NATS and ``/health`` while the predictor is saturated. A request that arrives
-while nothing is queued or being predicted (and has at most ``inline_max_rows`` rows) is
-answered at once in its own callback: a lone decision skips the hop to the batch task.
+answering NATS and ``/health`` while the predictor is saturated. A small request (no more
+rows than the model's forest serves: a routing decision over a few pods) that arrives while
+nothing is queued or being predicted is answered at once in its own callback: a lone
+decision skips the hop to the batch task.
 """
 
 from __future__ import annotations
@@ -166,10 +167,12 @@ class PredictorService:
         elif job.error is not None:
             await self._respond(msg, job.error)
             return
-        if not self._pending and not self._busy and job.n_rows <= self.handler.inline_max_rows \
-                and not self._backlog():  # fmt: skip
-            # nothing to batch it with: answer now, without waking the batch task (a lone
-            # decision pays no extra hop; requests arriving meanwhile queue for the task)
+        if not self._pending and not self._busy and not self._backlog() \
+                and job.n_rows <= self.handler.small_rows():  # fmt: skip
+            # a small request with nothing to batch it with: answer now, without waking the
+            # batch task (a lone decision pays no extra hop; requests arriving meanwhile
+            # queue for the task). Larger ones always go through the batch task, which
+            # predicts together whatever arrived while the previous batch ran.
             self._busy += 1
             self._idle.clear()
             try:
