@@ -126,13 +126,16 @@ class PredictHandler:
         self.metrics = metrics
         self.replica = replica
         self.inline_max_rows = inline_max_rows
-        self._compiled: CompiledModel | None = None
+        self._compiled: list[CompiledModel] = []  # the latest two models' (old and new)
 
     def compiled(self, model: LatencyModel) -> CompiledModel:
-        """The fast predictor of ``model`` (built once per version)."""
-        c = self._compiled
-        if c is None or c.model is not model:
-            c = self._compiled = CompiledModel(model, self.prefer)
+        """The fast predictor of ``model`` (built once per model; the service builds it in a
+        thread before installing a version, so the event loop does not)."""
+        for c in self._compiled:
+            if c.model is model:
+                return c
+        c = CompiledModel(model, self.prefer)
+        self._compiled = [c, *self._compiled[:1]]
         return c
 
     def small_rows(self) -> int:

@@ -302,6 +302,8 @@ class PredictorService:
             try:
                 model = await load_version(self._redis, self.names, version)
                 check_servable(model, self.settings.objective)
+                # its fast inference (forest, probes) is built off the event loop
+                await asyncio.to_thread(self.handler.compiled, model)
             except SchemaError as e:
                 self.refused[version] = e.reason
                 while len(self.refused) > _MAX_REFUSED:

@@ -183,6 +183,9 @@ async def test_loads_the_current_version_at_start(isolated):
         await p.start()
         try:
             assert p.slot.version == v1  # before the first request, no waiting
+            # its fast inference was built at load (in a thread), not by the first request
+            assert p.handler.compiled(p.slot.model) is p.handler._compiled[0]
+            assert len(p.handler._compiled) == 1
             reply = await predict(nc, names)
             assert reply.status == "ok" and reply.model_version == v1
         finally:
