@@ -65,26 +65,24 @@ def _time(fn, x: np.ndarray, repeat: int, gap_s: float = 0.0) -> float:
 def run_bench(trees: int, depth: int, repeat: int) -> dict:
     from services.predictor.forest import ForestError, HeapForest
     from services.predictor.inference import CompiledModel, _Direct, forest_rows
-    from shared.latency_model import to_ms
 
     model = _model(trees, depth)
     served = CompiledModel(model)
     keys = served.keys
-    try:
-        forest = HeapForest([(model.boosters[k], model.columns[k]) for k in keys])
-    except ForestError:
-        forest = None
+    forest = served.forest  # None if it was not built or disagreed with XGBoost
+    if forest is None:
+        try:  # time it anyway; the identity check below reports the disagreement
+            forest = HeapForest([(model.boosters[k], model.columns[k]) for k in keys])
+        except ForestError:
+            pass
     direct = [_Direct(model.boosters[k], model.columns[k], model.spec(k).log) for k in keys]
-    logs = [model.spec(k).log for k in keys]
     paths = {
         "inplace_predict": lambda x: [model.predict_key(k, x) for k in keys],
         "direct": lambda x: [fn(x) for fn in direct],
         "served": lambda x: list(served.predict(x)),
     }
     if forest is not None:
-        paths["forest"] = lambda x: [
-            to_ms(p.astype(np.float64), lg) for p, lg in zip(forest.predict(x), logs, strict=True)
-        ]
+        paths["forest"] = lambda x: served._from_forest(forest, x)
     results = []
     for n in SIZES:
         x = _rows(n, seed=n)

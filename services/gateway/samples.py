@@ -126,7 +126,7 @@ class SamplePublisher:
             self._sweeper = asyncio.get_running_loop().call_later(self.timeout_s, self._sweep)
 
     # --- acknowledgements ------------------------------------------------------------------
-    def _on_ack_msg(self, msg: Msg) -> None:
+    async def _on_ack(self, msg: Msg) -> None:
         token = msg.subject.rpartition(".")[2]
         entry = self._waiting.pop(token, None)
         if entry is None:
@@ -149,9 +149,6 @@ class SamplePublisher:
             return
         self.metrics.samples_published.inc()
         _end(span, None)
-
-    async def _on_ack(self, msg: Msg) -> None:
-        self._on_ack_msg(msg)
 
     def _sweep(self) -> None:
         """Count publications whose ack did not come within the timeout as failed."""

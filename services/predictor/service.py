@@ -173,14 +173,7 @@ class PredictorService:
             # batch task (a lone decision pays no extra hop; requests arriving meanwhile
             # queue for the task). Larger ones always go through the batch task, which
             # predicts together whatever arrived while the previous batch ran.
-            self._busy += 1
-            self._idle.clear()
-            try:
-                await self._serve([job], self.slot.model)
-            finally:
-                self._busy -= 1
-                if not self._pending and not self._busy:
-                    self._idle.set()
+            await self._serve([job], self.slot.model)
             return
         self._pending.append(job)
         self._idle.clear()
@@ -218,7 +211,6 @@ class PredictorService:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                self._busy += 1
                 try:
                     jobs = self._take()
                     model = self.slot.model  # read once: the whole batch uses this version
@@ -228,29 +220,32 @@ class PredictorService:
                         await self._serve(jobs, model)
                 except Exception:  # defensive: the loop must survive anything
                     log.exception("predict batch failed")
-                finally:
-                    self._busy -= 1
-            if not self._busy:
-                self._idle.set()
 
     async def _serve(self, jobs: list[Job], model, loop=None) -> None:
         """Predict ``jobs`` in one call with ``model`` (in the worker thread when ``loop`` is
-        given) and answer each."""
-        started_ns = time.time_ns() if self._tracing is not None else 0
-        if loop is not None:
-            replies = await loop.run_in_executor(
-                self._executor, self.handler.run_batch, jobs, model
-            )
-        else:
-            replies = self.handler.run_batch(jobs, model)
-        if self._tracing is not None:
-            self._trace_batch(jobs, model, started_ns)
-        for job, data in zip(jobs, replies, strict=True):
-            await self._respond(job.token, data)  # type: ignore[arg-type]
+        given) and answer each; idle is set when nothing is queued or predicted after it."""
+        self._busy += 1
+        self._idle.clear()
+        try:
+            started_ns = time.time_ns() if self._tracing is not None else 0
+            if loop is not None:
+                replies = await loop.run_in_executor(
+                    self._executor, self.handler.run_batch, jobs, model
+                )
+            else:
+                replies = self.handler.run_batch(jobs, model)
             if self._tracing is not None:
-                span = self._spans.pop(id(job), None)
-                if span is not None:
-                    self._tracing.end(span)
+                self._trace_batch(jobs, model, started_ns)
+            for job, data in zip(jobs, replies, strict=True):
+                await self._respond(job.token, data)  # type: ignore[arg-type]
+                if self._tracing is not None:
+                    span = self._spans.pop(id(job), None)
+                    if span is not None:
+                        self._tracing.end(span)
+        finally:
+            self._busy -= 1
+            if not self._pending and not self._busy:
+                self._idle.set()
 
     def _trace_batch(self, jobs: list[Job], model, started_ns: int) -> None:
         assert self._tracing is not None

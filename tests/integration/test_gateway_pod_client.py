@@ -68,19 +68,24 @@ async def test_a_client_disconnect_drops_the_pod_connection(isolated):
         assert status == 200 and st.gw.pod_client.connects == 2
 
 
+async def _post_fails(handler: Handler, match: str, read_timeout_s: float = 5.0) -> None:
+    """A POST to a raw pod running ``handler`` raises PodIOError matching ``match``."""
+    server, url = await _raw_pod(handler)
+    client = _client(read_timeout_s=read_timeout_s)
+    try:
+        with pytest.raises(PodIOError, match=match):
+            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+    finally:
+        await client.close()
+        server.close()
+
+
 async def test_a_silent_pod_times_out():
     async def silent(reader, writer):
         await _read_request(reader)
         await asyncio.sleep(5)
 
-    server, url = await _raw_pod(silent)
-    client = _client(read_timeout_s=0.2)
-    try:
-        with pytest.raises(PodIOError, match="no data"):
-            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
-    finally:
-        await client.close()
-        server.close()
+    await _post_fails(silent, "no data", read_timeout_s=0.2)
 
 
 async def test_garbage_from_a_pod_is_an_error():
@@ -90,14 +95,7 @@ async def test_garbage_from_a_pod_is_an_error():
         await writer.drain()
         await asyncio.sleep(1)
 
-    server, url = await _raw_pod(garbage)
-    client = _client()
-    try:
-        with pytest.raises(PodIOError, match="malformed"):
-            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
-    finally:
-        await client.close()
-        server.close()
+    await _post_fails(garbage, "malformed")
 
 
 async def test_a_keep_alive_connection_the_pod_closed_is_not_reused():
