@@ -37,6 +37,7 @@ from bench.bench_predictor import (
     latency_summary,
     loadavg,
     proc_cpu_s,
+    proc_cpu_split_s,
     publish_model,
     write_result,
 )
@@ -179,7 +180,9 @@ def _mean_ms(h0: dict, h1: dict, name: str) -> float | None:
     return round(s / n * 1e3, 3) if n else None
 
 
-def summarize(direct, via, cpu_s: float, elapsed: float) -> dict:
+def summarize(direct, via, cpu_s: float, elapsed: float, idle_s_per_s: float = 0.0) -> dict:
+    """``idle_s_per_s``: the gateway's CPU with no requests (the background work every
+    phase pays whatever the rate), subtracted for the marginal cost per request."""
     routing: dict[str, int] = {}
     pods: dict[str, int] = {}
     for r in via:
@@ -204,6 +207,10 @@ def summarize(direct, via, cpu_s: float, elapsed: float) -> dict:
         "pods": dict(sorted(pods.items())),
         "gateway_cpu_ms_per_request": round(cpu_s / n * 1e3, 3) if n else None,
         "gateway_cpu_s_per_s": round(cpu_s / elapsed, 3),
+        "gateway_idle_cpu_s_per_s": round(idle_s_per_s, 4),
+        "gateway_cpu_ms_per_request_marginal": round((cpu_s - idle_s_per_s * elapsed) / n * 1e3, 3)
+        if n
+        else None,
     }
 
 
@@ -218,10 +225,16 @@ async def measure(args: argparse.Namespace, stack) -> dict:
         # warm-up: connections, first predictions, not measured
         await phase(http, stack.gateway_url, pods, warm, stream=True, rate=args.rate,
                     duration_s=2.0, max_tokens=args.max_tokens, seed=99)  # fmt: skip
+        # idle: what the gateway spends with no requests (pod metrics, model watch, ...)
+        await asyncio.sleep(1.0)
+        cpu0, t0 = proc_cpu_s(gw.proc.pid), time.perf_counter()
+        await asyncio.sleep(args.idle)
+        idle = (proc_cpu_s(gw.proc.pid) - cpu0) / (time.perf_counter() - t0)
         out = {}
         for name, stream in (("streaming", True), ("non_streaming", False)):
             h0 = await gateway_histograms(http, stack.gateway_url)
             load0, cpu0 = loadavg(), proc_cpu_s(gw.proc.pid)
+            split0 = proc_cpu_split_s(gw.proc.pid)
             procs = {c.name: c.proc.pid for c in stack.children} | {"bench-client": os.getpid()}
             all0 = {k: proc_cpu_s(pid) for k, pid in procs.items()}
             direct, via, elapsed = await phase(
@@ -229,11 +242,19 @@ async def measure(args: argparse.Namespace, stack) -> dict:
                 duration_s=args.duration, max_tokens=args.max_tokens, seed=1 if stream else 2,
             )  # fmt: skip
             cpu = proc_cpu_s(gw.proc.pid) - cpu0
+            user, system = (
+                b - a for a, b in zip(split0, proc_cpu_split_s(gw.proc.pid), strict=True)
+            )
             busy = {k: round((proc_cpu_s(pid) - all0[k]) / elapsed, 3) for k, pid in procs.items()}
             h1 = await gateway_histograms(http, stack.gateway_url)
-            out[name] = {**summarize(direct, via, cpu, elapsed), "duration_s": round(elapsed, 2),
+            out[name] = {**summarize(direct, via, cpu, elapsed, idle), "duration_s": round(elapsed, 2),
                          "loadavg_before": load0, "loadavg_after": loadavg(),
                          "cpu_s_per_s": busy,
+                         # user space vs kernel (on loopback the kernel part includes the
+                         # receiving side's TCP work for every write the gateway makes)
+                         "gateway_cpu_ms_per_request_user_kernel": [
+                             round(user / max(1, len(via)) * 1e3, 3),
+                             round(system / max(1, len(via)) * 1e3, 3)],
                          "predict_call_mean_ms": _mean_ms(h0, h1, "predict_seconds"),
                          "gateway_gc": gc_summary(h0, h1),
                          "scheduling_mean_ms": _mean_ms(h0, h1, "scheduler_duration_seconds")}  # fmt: skip
@@ -262,6 +283,8 @@ def run(argv: list[str]) -> int:
     p.add_argument("--duration", type=float, default=20.0, help="seconds per phase")
     p.add_argument("--pods", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--idle", type=float, default=5.0,
+                   help="seconds without requests, for the gateway's background CPU")  # fmt: skip
     p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument(

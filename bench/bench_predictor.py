@@ -47,9 +47,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # --------------------------------------------------------------------------------------
 def proc_cpu_s(pid: int) -> float:
     """utime + stime of a process, seconds (from /proc/<pid>/stat)."""
+    user, system = proc_cpu_split_s(pid)
+    return user + system
+
+
+def proc_cpu_split_s(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process, seconds: user space and kernel (from /proc/<pid>/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / CLK_TCK
+    return int(parts[11]) / CLK_TCK, int(parts[12]) / CLK_TCK
 
 
 def loadavg() -> list[float]:
@@ -299,7 +305,7 @@ async def run_load(
         own = proc_cpu_s(os.getpid()) - own0
         calls, batches = co.calls - calls0, co.batches - batches0
     finally:
-        await client.coalescer.close()
+        await client.close()
         await nc.drain()
     n = len(res.latencies_ms)
     return {

@@ -139,5 +139,5 @@ async def test_client_fallback_reasons(isolated):
         assert (await client.predict(X[:2].tolist())).reason == "error"
         await sub.unsubscribe()
     finally:
-        await client.coalescer.close()
+        await client.close()
         await nc.close()

@@ -71,6 +71,23 @@ async def test_a_lone_request_does_not_wait_out_the_window():
     expect(await asyncio.wait_for(c.submit(rows(2, 2), 5.0), 5.0), 2, 2)
 
 
+async def test_a_lone_call_is_sent_from_its_callers_task():
+    tasks = []
+
+    async def send(x: np.ndarray, segments: list[int], timeout_s: float) -> BatchResult:
+        tasks.append(asyncio.current_task())
+        return BatchResult(x[:, 0].astype(np.float64), x[:, 0].astype(np.float64), "v1")
+
+    c = Coalescer(send, CoalescerConfig(window_s=LONG))
+
+    async def caller() -> tuple[BatchResult, asyncio.Task | None]:
+        return await c.submit(rows(2, 7), 5.0), asyncio.current_task()
+
+    r, task = await asyncio.wait_for(caller(), 5.0)
+    assert tasks == [task] and r.ttft_ms.tolist() == [7.0, 7.0]
+    assert c.in_flight == 0 and c.stats.batches == 1
+
+
 async def test_calls_arriving_during_a_batch_go_out_together_and_are_sliced_back():
     t = FakeTransport(hold=True)
     c = Coalescer(t.send, CoalescerConfig(window_s=LONG))
