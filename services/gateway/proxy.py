@@ -233,7 +233,11 @@ class _Exchange:
         stream = self.stream
         out = self.on_events(first)
         try:
-            await start_event_stream(send, headers)
+            if stream.done:  # the whole reply came at once: headers, then it all, below
+                await start_event_stream(send, headers)
+            else:  # the head and the first events in one write
+                await start_event_stream(send, headers, out)
+                out = b""
             while not stream.done:
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
