@@ -88,6 +88,52 @@ async def start_event_stream(send: Send, headers: Mapping[str, str], first: byte
         await send(body)
 
 
+class ChunkWriter:
+    """Writes chunks of a started chunked response straight to uvicorn's transport,
+    synchronously (from a protocol callback): what uvicorn's ``send`` does for a body
+    message with more to come, without a message and a coroutine per chunk. Nothing is
+    written once the client is gone or the response complete. ``paused``: the client's
+    socket buffer is full (uvicorn's flow control); ``drain()`` waits until it is not.
+    The response is ended with uvicorn's ``send`` as usual."""
+
+    __slots__ = ("_cycle", "_flow", "_transport")
+
+    def __init__(self, cycle) -> None:
+        self._cycle = cycle
+        self._transport = cycle.transport
+        self._flow = cycle.flow
+
+    def write(self, data: bytes) -> None:
+        c = self._cycle
+        if data and not c.disconnected and not c.response_complete:
+            self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    @property
+    def paused(self) -> bool:
+        return self._flow.write_paused and not self._cycle.disconnected
+
+    async def drain(self) -> None:
+        await self._flow.drain()
+
+
+def chunk_writer(send: Send) -> ChunkWriter | None:
+    """A :class:`ChunkWriter` when ``send`` is uvicorn's request cycle's, the head of a
+    chunked response has gone out and the response is not complete; otherwise None (send
+    each chunk as an ASGI message)."""
+    cycle = getattr(send, "__self__", None)
+    if (
+        getattr(cycle, "response_started", None) is True
+        and getattr(cycle, "chunked_encoding", None) is True
+        and getattr(cycle, "response_complete", None) is False
+        and getattr(cycle, "disconnected", None) is False
+        and hasattr(getattr(cycle, "transport", None), "write")
+        and isinstance(getattr(getattr(cycle, "flow", None), "write_paused", None), bool)
+        and cycle.scope.get("method") != "HEAD"  # type: ignore[union-attr]
+    ):
+        return ChunkWriter(cycle)
+    return None
+
+
 class _HeldWrites:
     """A transport stand-in that holds what is written until :meth:`release`."""
 

@@ -3,7 +3,9 @@ responses parsed by httptools (C) straight off the socket.
 
 Built for the proxy's one job (POST a JSON body, read a streamed reply piece by piece) with
 no per-piece machinery in between: each ``data_received`` appends the bytes and wakes the
-reader, which takes everything that has arrived in one go. Timeouts are the pod settings:
+reader, which takes everything that has arrived in one go; or, once a :class:`BodyListener`
+listens (:meth:`PodResponse.listen`), hands each piece to it right in the callback (no task
+wake-up per piece). Timeouts are the pod settings:
 connect, and the longest silence while waiting for the response (checked lazily by one
 timer per read, not re-armed per piece).
 
@@ -18,6 +20,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
@@ -25,6 +28,16 @@ import httptools
 
 class PodIOError(Exception):
     """The connection or the HTTP exchange with a pod failed."""
+
+
+class BodyListener(Protocol):
+    """Receives a response body in push mode, from the connection's protocol callbacks."""
+
+    def on_piece(self, piece: bytes) -> None:
+        """Body bytes that just arrived (must not raise)."""
+
+    def on_end(self, error: PodIOError | None) -> None:
+        """The body is complete (``None``) or the exchange failed; called at most once."""
 
 
 class _Target:
@@ -78,6 +91,23 @@ class PodResponse:
             size += len(piece)
         return b"".join(parts)[:limit]
 
+    def listen(self, listener: BodyListener) -> None:
+        """Push mode: what has arrived is handed over at once, then each piece as it
+        arrives, then the end; :meth:`read_piece` is not used meanwhile. The read timeout
+        applies to silence while listening and not paused."""
+        self._conn.listen(listener)
+
+    def unlisten(self) -> None:
+        """Back to pull mode (pieces are buffered for :meth:`read_piece` again)."""
+        self._conn.listener = None
+
+    def pause_reading(self) -> None:
+        """Stop reading from the pod (the client is slow); the read timeout is suspended."""
+        self._conn.pause()
+
+    def resume_reading(self) -> None:
+        self._conn.resume()
+
     def release(self) -> None:
         """Back to the pool if the body is complete and the connection can be kept."""
         self._conn.finish()
@@ -112,6 +142,7 @@ class _Connection(asyncio.Protocol):
         self.last_data = 0.0
         self.in_use = False
         self.watchdog: asyncio.TimerHandle | None = None  # the read timeout while in use
+        self.listener: BodyListener | None = None  # push mode (PodResponse.listen)
 
     # --- protocol callbacks (httptools and asyncio) ----------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -158,6 +189,9 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.listener is not None:
+            self.listener.on_piece(body)
+            return
         self.pieces.append(body)
         self.buffered += len(body)
         if self.buffered > self.client.max_buffered and not self.paused and self.transport:
@@ -169,6 +203,8 @@ class _Connection(asyncio.Protocol):
         # llhttp's verdict is only valid inside the callback (the parser resets after it)
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
+        if self.listener is not None:
+            self.listener.on_end(None)
         self._wake()
 
     # --- helpers ----------------------------------------------------------------------------
@@ -184,7 +220,10 @@ class _Connection(asyncio.Protocol):
     def _fail(self, err: PodIOError) -> None:
         if self.error is None:
             self.error = err
+        listener = self.listener
         self.abort()
+        if listener is not None:
+            listener.on_end(self.error)
         self._wake()
 
     async def _wait(self) -> None:
@@ -208,7 +247,8 @@ class _Connection(asyncio.Protocol):
             return
         timeout = self.client.read_timeout_s
         now = self.loop.time()
-        if self.waiter is None:  # nobody is waiting for data (the reader is busy): later
+        waiting = self.waiter is not None or (self.listener is not None and not self.paused)
+        if not waiting:  # nobody is waiting for data (the reader is busy, paused): later
             self.watchdog = self.loop.call_at(now + timeout, self._check_silence)
         elif now - self.last_data >= timeout:
             self._fail(PodIOError(f"no data from the pod for {timeout:g} s"))
@@ -252,6 +292,34 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return piece
 
+    def listen(self, listener: BodyListener) -> None:
+        if self.pieces:
+            piece = b"".join(self.pieces)
+            self.pieces.clear()
+            self.buffered = 0
+            listener.on_piece(piece)
+        if self.error is not None:
+            listener.on_end(self.error)
+        elif self.complete:
+            listener.on_end(None)
+        elif self.closed:
+            listener.on_end(PodIOError("pod closed the connection"))
+        else:
+            self.listener = listener
+            self.resume()
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None and not self.closed:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None:
+            self.paused = False
+            if not self.closed:
+                self.transport.resume_reading()
+                self.last_data = self.loop.time()  # the silence counts from now
+
     def finish(self) -> None:
         self._disarm()
         if self.complete and self.error is None and not self.closed and not self.pieces:
@@ -262,6 +330,7 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self._disarm()
+        self.listener = None
         self.in_use = False
         if not self.closed:
             self.closed = True

@@ -6,7 +6,10 @@ every request: TTFT = first chunk carrying a token; TPOT = (e2e - ttft) / (token
 both from the moment the successful attempt was sent.
 
 Served as a plain ASGI handler (services/gateway/asgi.py): events that arrive from the pod
-together are accounted one by one and forwarded to the client in one write.
+together are accounted one by one and forwarded to the client in one write. On uvicorn that
+happens in the pod connection's own callback (UpstreamStream.pump + asgi.ChunkWriter: no
+task wake-up, ASGI message or coroutine per event), with the client's flow control pausing
+the pod connection; elsewhere the stream is read and sent message by message.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from opentelemetry.trace import Span
 from starlette.types import Receive, Scope, Send
 
 from services.gateway import explain, tracing
-from services.gateway.asgi import read_body, request_headers, send_bytes, start_event_stream
+from services.gateway.asgi import (
+    ChunkWriter,
+    chunk_writer,
+    read_body,
+    request_headers,
+    send_bytes,
+    start_event_stream,
+)
 from services.gateway.errors import GatewayError, send_error, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
 from services.gateway.openai_request import Kind, ParsedRequest, parse_request
@@ -238,7 +248,10 @@ class _Exchange:
             else:  # the head and the first events in one write
                 await start_event_stream(send, headers, out)
                 out = b""
-            while not stream.done:
+                writer = chunk_writer(send)
+                if writer is not None:  # uvicorn: forwarded from the pod's callbacks
+                    out = await self._push(writer)
+            while not stream.done:  # any other ASGI server
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 out = self.on_events(await stream.next_events())
@@ -256,11 +269,45 @@ class _Exchange:
             watch.remove_done_callback(on_gone)
             watch.cancel()
 
+    async def _push(self, writer: ChunkWriter) -> bytes:
+        """The rest of the stream, forwarded from the pod connection's callbacks; returns the
+        bytes of the events that came with ``[DONE]`` (they go out with the response's end).
+        While the client's socket buffer is full the pod connection is paused."""
+        stream = self.stream
+        tail = b""
+        drain: asyncio.Task | None = None
+
+        async def resume() -> None:
+            nonlocal drain
+            try:
+                await writer.drain()
+            finally:
+                drain = None
+                stream.resume_reading()
+
+        def deliver(events: list[Event], final: bool) -> None:
+            nonlocal tail, drain
+            data = self.on_events(events)
+            if final:
+                tail = data
+                return
+            writer.write(data)
+            if drain is None and writer.paused:
+                stream.pause_reading()
+                drain = asyncio.ensure_future(resume())
+
+        try:
+            await stream.pump(deliver)
+        finally:
+            if drain is not None:
+                drain.cancel()
+        return tail
+
     async def aggregate(self, send: Send, first: list[Event], headers: dict[str, str]) -> None:
         self.on_events(first)
         try:
-            while not self.stream.done:
-                self.on_events(await self.stream.next_events())
+            if not self.stream.done:  # accounted in the pod connection's callbacks
+                await self.stream.pump(lambda events, final: self.on_events(events))
         except StreamBroken as e:
             self.fail(e.reason, e, status="502")
             err = GatewayError(502, f"the pod failed mid-response: {e}", type="upstream_error",

@@ -11,7 +11,9 @@ Failure classes (what the request flow does with them):
 
 The stream is read in whatever pieces the connection delivers (not line by line): every
 event complete in a piece is returned at once, so events that arrived together are handled
-(and forwarded) together. After ``[DONE]`` the rest of the response (the chunked-encoding
+(and forwarded) together. Read either by awaiting :meth:`UpstreamStream.next_events`, or by
+:meth:`UpstreamStream.pump`, which decodes each piece in the pod connection's own callback and
+hands its events on there (no task wake-up per piece: the proxy's streaming path). After ``[DONE]`` the rest of the response (the chunked-encoding
 terminator) is drained so the keep-alive connection goes back to the pool.
 """
 
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from services.gateway.pod_client import PodClient, PodIOError, PodResponse
+
+_EOF = "pod closed the stream before [DONE]"
 
 _NET_ERRORS = (PodIOError, OSError, asyncio.TimeoutError, ValueError)
 
@@ -67,6 +72,12 @@ class SseDecoder:
         self._cr = False  # the last piece ended in \r (a \n that follows is part of it)
         self.done = False  # [DONE] was seen
         self._broken: StreamBroken | None = None  # raised after the events before it
+
+    @property
+    def broken(self) -> StreamBroken | None:
+        """The failure the next :meth:`feed` raises (set once the events before it were
+        returned)."""
+        return self._broken
 
     def feed(self, piece: bytes) -> list[Event]:
         """The events completed by ``piece``, in order (none after ``[DONE]``). Raises
@@ -154,7 +165,7 @@ class UpstreamStream:
             while True:
                 piece = await self.resp.read_piece()
                 if not piece:
-                    raise StreamBroken("eof", "pod closed the stream before [DONE]")
+                    raise StreamBroken("eof", _EOF)
                 events = sse.feed(piece)
                 if events or sse.done:
                     return events
@@ -162,6 +173,23 @@ class UpstreamStream:
             raise
         except _NET_ERRORS as e:
             raise StreamBroken("connection", f"pod stream failed: {type(e).__name__}: {e}") from e
+
+    def pump(self, deliver: Callable[[list[Event], bool], None]) -> asyncio.Future:
+        """Push mode: from now on each piece the connection receives is decoded in its
+        callback and its events handed to ``deliver(events, final)`` there (``final``: the
+        stream ended with them). The future resolves (None) after ``[DONE]``, or with the
+        StreamBroken (or whatever ``deliver`` raised) that ended the stream; what ``deliver``
+        got before a failure stands. Pull mode again once it resolves."""
+        pump = _Pump(self, deliver)
+        self.resp.listen(pump)
+        return pump.done
+
+    def pause_reading(self) -> None:
+        """Stop reading the pod (push mode, while the client cannot take more)."""
+        self.resp.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.resp.resume_reading()
 
     async def release(self) -> None:
         """After [DONE]: read the rest of the response (the chunked terminator normally
@@ -188,6 +216,49 @@ class UpstreamStream:
         finally; a no-op after release."""
         with contextlib.suppress(Exception):
             self.resp.close()
+
+
+class _Pump:
+    """The BodyListener of :meth:`UpstreamStream.pump`."""
+
+    __slots__ = ("_deliver", "_stream", "done")
+
+    def __init__(self, stream: UpstreamStream, deliver: Callable[[list[Event], bool], None]):
+        self._stream = stream
+        self._deliver = deliver
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def on_piece(self, piece: bytes) -> None:
+        if self.done.done():
+            return  # settled: the rest is not ours (the exchange ends the connection)
+        sse = self._stream._sse
+        try:
+            events = sse.feed(piece)
+            if events or sse.done:
+                self._deliver(events, sse.done)
+        except Exception as e:  # StreamBroken, or the delivery failed
+            self._settle(e)
+            return
+        if sse.done:
+            self._settle(None)
+        elif sse.broken is not None:  # an error event after the ones just delivered
+            self._settle(sse.broken)
+
+    def on_end(self, error: PodIOError | None) -> None:
+        if self.done.done():
+            return
+        if error is not None:
+            why = f"pod stream failed: {type(error).__name__}: {error}"
+            self._settle(StreamBroken("connection", why))
+        elif not self._stream._sse.done:
+            self._settle(StreamBroken("eof", _EOF))
+
+    def _settle(self, error: Exception | None) -> None:
+        self._stream.resp.unlisten()
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
 
 
 def _decode(payload: bytes) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """start_event_stream: on uvicorn's request cycle the SSE head and the first chunk go out in
 one socket write (built and checked by uvicorn's own send); any other ASGI server gets the
-plain messages."""
+plain messages; asgi.ChunkWriter writes later chunks on such a cycle."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from services.gateway.asgi import start_event_stream
+from services.gateway.asgi import chunk_writer, start_event_stream
 
 
 class RecordingTransport(asyncio.Transport):
@@ -113,3 +113,37 @@ async def test_a_client_gone_before_the_write_gets_nothing():
     t.closing = True
     await start_event_stream(c.send, {}, b"data: {}\n\n")
     assert t.writes == [] and c.transport is t
+
+
+async def test_chunk_writer_frames_chunks_on_a_started_uvicorn_response_only():
+    t = RecordingTransport()
+    c = cycle(t)
+    assert chunk_writer(c.send) is None  # no head yet
+    await start_event_stream(c.send, {}, b"data: {}\n\n")
+    w = chunk_writer(c.send)
+    assert w is not None and not w.paused
+    w.write(b"data: 1\n\n")
+    w.write(b"")  # nothing to frame: no empty chunk (it would end the response)
+    await c.send({"type": "http.response.body", "body": b"", "more_body": False})
+    status, _, body = parse(b"".join(t.writes))
+    assert status == 200 and body == b"data: {}\n\ndata: 1\n\n" and len(t.writes) == 3
+    w.write(b"late")  # after the end: dropped
+    assert len(t.writes) == 3 and chunk_writer(c.send) is None
+
+    async def plain(message: dict) -> None:
+        pass
+
+    assert chunk_writer(plain) is None
+
+
+async def test_chunk_writer_drops_writes_once_the_client_is_gone_and_reports_pauses():
+    t = RecordingTransport()
+    c = cycle(t)
+    await start_event_stream(c.send, {}, b"data: {}\n\n")
+    w = chunk_writer(c.send)
+    c.flow.write_paused = True
+    assert w.paused
+    c.disconnected = True
+    assert not w.paused  # nobody to wait for
+    w.write(b"data: 1\n\n")
+    assert len(t.writes) == 1
