@@ -322,6 +322,8 @@ class _Connection(asyncio.Protocol):
 
     def finish(self) -> None:
         self._disarm()
+        self.listener = None
+        self.resume()  # never pooled paused
         if self.complete and self.error is None and not self.closed and not self.pieces:
             if self.keep_alive:
                 self.client._put_back(self)

@@ -279,11 +279,9 @@ class _Exchange:
 
         async def resume() -> None:
             nonlocal drain
-            try:
-                await writer.drain()
-            finally:
-                drain = None
-                stream.resume_reading()
+            await writer.drain()
+            drain = None
+            stream.resume_reading()
 
         def deliver(events: list[Event], final: bool) -> None:
             nonlocal tail, drain
@@ -299,8 +297,9 @@ class _Exchange:
         try:
             await stream.pump(deliver)
         finally:
-            if drain is not None:
+            if drain is not None:  # ended while paused: read again before the pool gets it
                 drain.cancel()
+                stream.resume_reading()
         return tail
 
     async def aggregate(self, send: Send, first: list[Event], headers: dict[str, str]) -> None:
