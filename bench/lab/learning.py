@@ -24,9 +24,8 @@ from services.predictor.inference import CompiledModel
 from services.trainer.cycle import PROMOTE, REJECT, build_meta, run_cycle
 from services.trainer.fitting import TrainingData, refit_gate
 from services.trainer.settings import TrainerSettings
-from services.trainer.strata import Strata
 from services.trainer.validation import check
-from services.trainer.window import ADDED, SampleWindow
+from services.trainer.window import ADDED
 from shared.latency_model import LatencyModel
 from shared.schemas import SchemaError, TrainingSample
 
@@ -54,14 +53,7 @@ class OnlineLearner:
         self.interval_s = interval_s
         self.publish_delay_s = publish_delay_s
         self.prefer = predictor_objective
-        # as TrainerService.__init__ builds it
-        self.window = SampleWindow(
-            s.window_size,
-            s.dedup_size,
-            strata=Strata(s.strata),
-            bucket_cap=s.bucket_cap,
-            max_age_s=s.max_age_s or None,
-        )
+        self.window = s.sample_window()
         self.config = s.fit_config()
         self.limits = s.limits()
         self.current: LatencyModel | None = None  # the trainer's current version

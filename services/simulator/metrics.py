@@ -157,17 +157,7 @@ class PodMetrics:
         and generate backlogs stay 0."""
         s = self.engine.stats()
         slots = self.engine.profile.max_num_seqs
-        lv = [self.pod_id, self.model]
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=JETSTREAM_LABELS)
-            g.add_metric(lv, value)
-            return g
-
-        def hist(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
-            m = HistogramMetricFamily(name, doc, labels=JETSTREAM_LABELS)
-            m.add_metric(lv, h.cumulative(), h.total)
-            return m
+        gauge, _, hist = _families(JETSTREAM_LABELS, [self.pod_id, self.model])
 
         yield gauge("jetstream_prefill_backlog_size", "Requests waiting for prefill.", s.waiting)
         yield gauge(
@@ -185,22 +175,7 @@ class PodMetrics:
     def _collect_vllm(self) -> Iterator[Metric]:
         s = self.engine.stats()
         p = self.engine.profile
-        lv = [self.model, "0"]
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=LABELS)
-            g.add_metric(lv, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=LABELS)
-            c.add_metric(lv, value)
-            return c
-
-        def hist(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
-            m = HistogramMetricFamily(name, doc, labels=LABELS)
-            m.add_metric(lv, h.cumulative(), h.total)
-            return m
+        gauge, counter, hist = _families(LABELS, [self.model, "0"])
 
         yield gauge("vllm:num_requests_running", "Requests in the running batch.", s.running)
         yield gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", s.waiting)
@@ -233,3 +208,24 @@ class PodMetrics:
         )
         lora.add_metric(["0", "", ""], time.time())
         yield lora
+
+
+def _families(labels: Sequence[str], values: list[str]):
+    """Builders of one-sample gauge, counter and histogram families with these labels."""
+
+    def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=labels)
+        g.add_metric(values, value)
+        return g
+
+    def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=labels)
+        c.add_metric(values, value)
+        return c
+
+    def hist(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
+        m = HistogramMetricFamily(name, doc, labels=labels)
+        m.add_metric(values, h.cumulative(), h.total)
+        return m
+
+    return gauge, counter, hist

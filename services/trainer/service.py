@@ -30,9 +30,8 @@ from services.trainer.fitting import FitConfig, TrainingData, refit_gate
 from services.trainer.metrics import TrainerMetrics
 from services.trainer.replay import delivered_upto, replay_history
 from services.trainer.settings import TrainerSettings
-from services.trainer.strata import Strata
 from services.trainer.validation import check, decode_sample
-from services.trainer.window import ADDED, DUPLICATE, EXPIRED, FLUSHED, SampleWindow, WindowEntry
+from services.trainer.window import ADDED, DUPLICATE, EXPIRED, FLUSHED, WindowEntry
 from shared import trace_context
 from shared.admin import add_admin_routes
 from shared.bus import connect_nats, connect_redis, ensure_samples_stream
@@ -97,13 +96,7 @@ class TrainerService:
         self.settings = s
         self.names = Names(s.namespace)
         self.metrics = metrics or TrainerMetrics()
-        self.window = SampleWindow(
-            s.window_size,
-            s.dedup_size,
-            strata=Strata(s.strata),
-            bucket_cap=s.bucket_cap,
-            max_age_s=s.max_age_s or None,
-        )
+        self.window = s.sample_window()
         self.config = s.fit_config()
         self.limits = s.limits()
         self.drift = DriftTracker(("ttft", "tpot"), s.drift_window)

@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 from services.trainer.fitting import FitConfig
 from services.trainer.strata import DEFAULT_STRATA, Strata
 from services.trainer.validation import Limits
+from services.trainer.window import SampleWindow
 from shared.settings import CommonSettings
 
 
@@ -113,3 +114,13 @@ class TrainerSettings(CommonSettings):
 
     def limits(self) -> Limits:
         return Limits(max_latency_ms=self.max_latency_ms, max_tpot_ms=self.max_tpot_ms)
+
+    def sample_window(self) -> SampleWindow:
+        """An empty training window as these settings size it (the service and the lab)."""
+        return SampleWindow(
+            self.window_size,
+            self.dedup_size,
+            strata=Strata(self.strata),
+            bucket_cap=self.bucket_cap,
+            max_age_s=self.max_age_s or None,
+        )
