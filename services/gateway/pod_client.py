@@ -293,20 +293,24 @@ class _Connection(asyncio.Protocol):
         return piece
 
     def listen(self, listener: BodyListener) -> None:
+        self.listener = listener  # first: the listener may let go while taking the backlog
+        self.resume()
         if self.pieces:
             piece = b"".join(self.pieces)
             self.pieces.clear()
             self.buffered = 0
             listener.on_piece(piece)
+        if self.listener is not listener:
+            return
         if self.error is not None:
+            self.listener = None
             listener.on_end(self.error)
         elif self.complete:
+            self.listener = None
             listener.on_end(None)
         elif self.closed:
+            self.listener = None
             listener.on_end(PodIOError("pod closed the connection"))
-        else:
-            self.listener = listener
-            self.resume()
 
     def pause(self) -> None:
         if not self.paused and self.transport is not None and not self.closed:

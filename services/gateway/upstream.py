@@ -13,8 +13,9 @@ The stream is read in whatever pieces the connection delivers (not line by line)
 event complete in a piece is returned at once, so events that arrived together are handled
 (and forwarded) together. Read either by awaiting :meth:`UpstreamStream.next_events`, or by
 :meth:`UpstreamStream.pump`, which decodes each piece in the pod connection's own callback and
-hands its events on there (no task wake-up per piece: the proxy's streaming path). After ``[DONE]`` the rest of the response (the chunked-encoding
-terminator) is drained so the keep-alive connection goes back to the pool.
+hands its events on there (no task wake-up per piece: the proxy's streaming path). After
+``[DONE]`` the rest of the response (the chunked-encoding terminator) is drained so the
+keep-alive connection goes back to the pool.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """services/gateway/pod_client.py against real servers: keep-alive reuse through the gateway
-(simulated pods), and raw TCP pods that misbehave (silence, garbage, closed keep-alive
-connections, bodies delimited by length or by the end of the connection)."""
+(simulated pods); raw TCP pods that misbehave (silence, garbage, closed keep-alive
+connections, bodies delimited by length or by the end of the connection); push mode (a
+listener fed from the protocol callbacks: backlog, pieces, end, letting go, pause, silence,
+a connection closed mid-body)."""
 
 from __future__ import annotations
 
@@ -166,3 +168,143 @@ async def test_a_refused_connection_is_an_error():
             await client.post(url, CMPL, b"{}", {})
     finally:
         await client.close()
+
+
+class _Listener:
+    """Records what a push-mode response hands over."""
+
+    def __init__(self, resp=None, let_go_on: bytes | None = None) -> None:
+        self.data = bytearray()
+        self.ends: list[PodIOError | None] = []
+        self.resp, self.let_go_on = resp, let_go_on
+        self.got = asyncio.Event()
+
+    def on_piece(self, piece: bytes) -> None:
+        self.data += piece
+        self.got.set()
+        if self.let_go_on is not None and self.let_go_on in self.data:
+            self.resp.unlisten()  # as the stream pump does at [DONE]
+
+    def on_end(self, error: PodIOError | None) -> None:
+        self.ends.append(error)
+        self.got.set()
+
+
+_CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
+    async def pod(reader, writer):
+        await _read_request(reader)
+        writer.write(_CHUNKED + _chunk(b"one,") + _chunk(b"two,"))  # with the head
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(_chunk(b"three"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    server, url = await _raw_pod(pod)
+    client = _client()
+    try:
+        resp = await client.post(url, CMPL, b"{}", {})
+        rec = _Listener()
+        resp.listen(rec)
+        assert bytes(rec.data) == b"one,two,"  # what arrived with the head, at once
+        for _ in range(200):
+            if rec.ends:
+                break
+            await asyncio.sleep(0.01)
+        assert bytes(rec.data) == b"one,two,three" and rec.ends == [None] and resp.complete
+        resp.release()
+        assert client.idle_connections() == 1
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
+    async def pod(reader, writer):
+        await _read_request(reader)
+        writer.write(_CHUNKED + _chunk(b"a,[END]"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(_chunk(b"tail") + b"0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    server, url = await _raw_pod(pod)
+    client = _client()
+    try:
+        resp = await client.post(url, CMPL, b"{}", {})
+        rec = _Listener(resp, let_go_on=b"[END]")
+        resp.listen(rec)
+        assert bytes(rec.data) == b"a,[END]" and rec.ends == []
+        assert await resp.read(100) == b"tail"  # pull mode again: buffered for read_piece
+        assert rec.ends == [] and resp.complete
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_push_mode_pauses_and_times_out_on_silence_only_while_listening():
+    async def pod(reader, writer):
+        await _read_request(reader)
+        writer.write(_CHUNKED + _chunk(b"x"))
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(_chunk(b"y"))  # arrives while the reader is paused
+        await writer.drain()
+        await asyncio.sleep(30)  # then silence
+
+    server, url = await _raw_pod(pod)
+    client = _client(read_timeout_s=0.3)
+    try:
+        resp = await client.post(url, CMPL, b"{}", {})
+        rec = _Listener()
+        resp.listen(rec)
+        resp.pause_reading()
+        await asyncio.sleep(0.6)  # longer than the read timeout: paused, so no failure
+        assert bytes(rec.data) == b"x" and rec.ends == []
+        resp.resume_reading()
+        await asyncio.wait_for(rec.got.wait(), 5)
+        for _ in range(200):
+            if rec.ends:
+                break
+            await asyncio.sleep(0.01)
+        assert bytes(rec.data) == b"xy"
+        assert len(rec.ends) == 1 and "no data from the pod" in str(rec.ends[0])
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_push_mode_reports_a_connection_closed_mid_body():
+    async def pod(reader, writer):
+        await _read_request(reader)
+        writer.write(_CHUNKED + _chunk(b"x"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+
+    server, url = await _raw_pod(pod)
+    client = _client()
+    try:
+        resp = await client.post(url, CMPL, b"{}", {})
+        rec = _Listener()
+        resp.listen(rec)
+        for _ in range(200):
+            if rec.ends:
+                break
+            await asyncio.sleep(0.01)
+        assert bytes(rec.data) == b"x"
+        assert len(rec.ends) == 1 and "closed the connection" in str(rec.ends[0])
+    finally:
+        await client.close()
+        server.close()
