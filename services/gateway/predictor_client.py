@@ -6,7 +6,7 @@ binary format of shared/wire.py; replies are accepted in that format or as JSON
 predictors; one request per batch, the rows of all its calls).
 
 Requests carry reply subjects under one inbox of this client (``<inbox>.<token>``), and one
-subscription to it resolves each waiting request's future: no wrapper future, timer task or
+subscription to it resolves each waiting request's future: no wrapper future and
 ``wait_for`` per request as in nats-py's ``request()`` (two event-loop hops less on the way
 back; measured ~50 us less round trip and CPU per call, docs/benchmarks.md "Hot path").
 

@@ -142,6 +142,8 @@ async def test_fallback_reasons(isolated):
             assert metric(m, "headroom_gateway_routing_total", path="fallback",
                           reason=reason) == 1, reason  # fmt: skip
         assert metric(m, "headroom_gateway_predict_seconds_count") == 4
+        for result in ("no_responders", "no_model", "timeout", "error"):  # the transport's count
+            assert metric(m, "headroom_gateway_predict_batches_total", result=result) == 1, result
         assert all(s.routing == "fallback" for s, _ in await st.samples(4))
 
 
