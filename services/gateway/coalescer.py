@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 
 REASON_TIMEOUT = "timeout"
 REASON_ERROR = "error"
-# the lone call's guard past its deadline: the transport's own timeout answers first (and
-# counts the timeout as its own), the guard only stops a transport that overruns
-GUARD_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +82,13 @@ class CoalescerStats:
 
 
 class Coalescer:
-    def __init__(self, send: Send, config: CoalescerConfig | None = None) -> None:
+    def __init__(
+        self, send: Send, config: CoalescerConfig | None = None, *, keeps_deadline: bool = False
+    ) -> None:
+        """``keeps_deadline``: ``send`` returns (a timeout result) by the ``timeout_s`` it is
+        given, so a lone call needs no guard of its own."""
         self.send = send
+        self.keeps_deadline = keeps_deadline
         self.config = config or CoalescerConfig()
         self.stats = CoalescerStats()
         self._pending: deque[_Call] = deque()
@@ -121,17 +123,18 @@ class Coalescer:
             timer.cancel()
 
     async def _direct(self, rows: np.ndarray, timeout_s: float, trace: object) -> BatchResult:
-        """The lone call: sent by its caller. The transport is given the deadline; a guard
-        ``GUARD_S`` after it stops a transport that does not keep it."""
+        """The lone call: sent by its caller, within its deadline (enforced here unless the
+        transport keeps it itself, then its own timeout answers and counts it)."""
         self._in_flight += 1
         self.stats.batches += 1
         self.stats.batch_rows += len(rows)
+        args = (rows, [0], timeout_s, [trace]) if trace is not None else (rows, [0], timeout_s)
         try:
-            async with asyncio.timeout(timeout_s + GUARD_S):
-                if trace is not None:
-                    result = await self.send(rows, [0], timeout_s, [trace])  # type: ignore[call-arg]
-                else:
-                    result = await self.send(rows, [0], timeout_s)
+            if self.keeps_deadline:
+                result = await self.send(*args)  # type: ignore[arg-type]
+            else:
+                async with asyncio.timeout(timeout_s):
+                    result = await self.send(*args)  # type: ignore[arg-type]
         except TimeoutError:
             result = BatchResult(reason=REASON_TIMEOUT)
         except Exception as e:  # the transport should not raise

@@ -117,7 +117,7 @@ class PredictorClient:
         self.subject = subject
         self.timeout_s = timeout_s
         self.wire_format = wire_format
-        self.coalescer = Coalescer(self._send, coalescer)
+        self.coalescer = Coalescer(self._send, coalescer, keeps_deadline=True)
         self._metrics = _Metrics(registry) if registry is not None else None
         self._inbox = ""  # the reply inbox, subscribed on first use
         self._sub = None
@@ -140,22 +140,21 @@ class PredictorClient:
             future.set_result(msg)
 
     async def _request(self, payload: bytes, timeout_s: float, headers) -> Msg:
-        """One request-reply on this client's inbox. Raises TimeoutError,
-        NoRespondersError (NATS's 503 status reply) or the connection's errors."""
-        if self._sub is None:
-            await self._subscribe()
-        loop = asyncio.get_running_loop()
+        """One request-reply on this client's inbox, all of it (publishing included) within
+        ``timeout_s``. Raises TimeoutError, NoRespondersError (NATS's 503 status reply) or
+        the connection's errors."""
         token = str(next(self._seq))
-        future = loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
-        timer = loop.call_later(timeout_s, _expire, future)
         try:
-            await self.nc.publish(
-                self.subject, payload, reply=f"{self._inbox}.{token}", headers=headers
-            )
-            msg = await future
+            async with asyncio.timeout(timeout_s):
+                if self._sub is None:
+                    await self._subscribe()
+                await self.nc.publish(
+                    self.subject, payload, reply=f"{self._inbox}.{token}", headers=headers
+                )
+                msg = await future
         finally:
-            timer.cancel()
             self._waiting.pop(token, None)
         if msg.headers and msg.headers.get("Status") == "503":
             raise nats.errors.NoRespondersError
@@ -239,8 +238,3 @@ class PredictorClient:
         if self._metrics is not None:
             self._metrics.batches.labels(r.reason or "ok").inc()
         return r
-
-
-def _expire(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())

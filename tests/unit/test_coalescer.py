@@ -88,6 +88,17 @@ async def test_a_lone_call_is_sent_from_its_callers_task():
     assert c.in_flight == 0 and c.stats.batches == 1
 
 
+async def test_a_transport_that_keeps_its_deadline_answers_the_lone_calls_timeout():
+    async def send(x: np.ndarray, segments: list[int], timeout_s: float) -> BatchResult:
+        await asyncio.sleep(timeout_s)
+        return BatchResult(reason="timeout", replica="own")
+
+    c = Coalescer(send, CoalescerConfig(window_s=LONG), keeps_deadline=True)
+    r = await asyncio.wait_for(c.submit(rows(1, 1), 0.05), 5.0)
+    assert r.reason == "timeout" and r.replica == "own"  # the transport's, not a guard's
+    assert c.stats.timeouts == 1 and c.in_flight == 0
+
+
 async def test_calls_arriving_during_a_batch_go_out_together_and_are_sliced_back():
     t = FakeTransport(hold=True)
     c = Coalescer(t.send, CoalescerConfig(window_s=LONG))
