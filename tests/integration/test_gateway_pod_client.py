@@ -7,7 +7,8 @@ a connection closed mid-body)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -177,17 +178,20 @@ class _Listener:
         self.data = bytearray()
         self.ends: list[PodIOError | None] = []
         self.resp, self.let_go_on = resp, let_go_on
-        self.got = asyncio.Event()
 
     def on_piece(self, piece: bytes) -> None:
         self.data += piece
-        self.got.set()
         if self.let_go_on is not None and self.let_go_on in self.data:
             self.resp.unlisten()  # as the stream pump does at [DONE]
 
     def on_end(self, error: PodIOError | None) -> None:
         self.ends.append(error)
-        self.got.set()
+
+    async def ended(self) -> None:
+        for _ in range(500):  # bounded: 5 s
+            if self.ends:
+                return
+            await asyncio.sleep(0.01)
 
 
 _CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -195,6 +199,18 @@ _CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+@contextlib.asynccontextmanager
+async def _posted(pod: Handler, read_timeout_s: float = 5.0) -> AsyncIterator[tuple]:
+    """A raw pod, a client and the response of one POST to it."""
+    server, url = await _raw_pod(pod)
+    client = _client(read_timeout_s)
+    try:
+        yield client, await client.post(url, CMPL, b"{}", {})
+    finally:
+        await client.close()
+        server.close()
 
 
 async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
@@ -210,23 +226,14 @@ async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
         await writer.drain()
         await asyncio.sleep(5)
 
-    server, url = await _raw_pod(pod)
-    client = _client()
-    try:
-        resp = await client.post(url, CMPL, b"{}", {})
+    async with _posted(pod) as (client, resp):
         rec = _Listener()
         resp.listen(rec)
         assert bytes(rec.data) == b"one,two,"  # what arrived with the head, at once
-        for _ in range(200):
-            if rec.ends:
-                break
-            await asyncio.sleep(0.01)
+        await rec.ended()
         assert bytes(rec.data) == b"one,two,three" and rec.ends == [None] and resp.complete
         resp.release()
         assert client.idle_connections() == 1
-    finally:
-        await client.close()
-        server.close()
 
 
 async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
@@ -239,18 +246,12 @@ async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
         await writer.drain()
         await asyncio.sleep(5)
 
-    server, url = await _raw_pod(pod)
-    client = _client()
-    try:
-        resp = await client.post(url, CMPL, b"{}", {})
+    async with _posted(pod) as (_, resp):
         rec = _Listener(resp, let_go_on=b"[END]")
         resp.listen(rec)
         assert bytes(rec.data) == b"a,[END]" and rec.ends == []
         assert await resp.read(100) == b"tail"  # pull mode again: buffered for read_piece
         assert rec.ends == [] and resp.complete
-    finally:
-        await client.close()
-        server.close()
 
 
 async def test_push_mode_pauses_and_times_out_on_silence_only_while_listening():
@@ -263,26 +264,16 @@ async def test_push_mode_pauses_and_times_out_on_silence_only_while_listening():
         await writer.drain()
         await asyncio.sleep(30)  # then silence
 
-    server, url = await _raw_pod(pod)
-    client = _client(read_timeout_s=0.3)
-    try:
-        resp = await client.post(url, CMPL, b"{}", {})
+    async with _posted(pod, read_timeout_s=0.3) as (_, resp):
         rec = _Listener()
         resp.listen(rec)
         resp.pause_reading()
         await asyncio.sleep(0.6)  # longer than the read timeout: paused, so no failure
         assert bytes(rec.data) == b"x" and rec.ends == []
         resp.resume_reading()
-        await asyncio.wait_for(rec.got.wait(), 5)
-        for _ in range(200):
-            if rec.ends:
-                break
-            await asyncio.sleep(0.01)
+        await rec.ended()
         assert bytes(rec.data) == b"xy"
         assert len(rec.ends) == 1 and "no data from the pod" in str(rec.ends[0])
-    finally:
-        await client.close()
-        server.close()
 
 
 async def test_push_mode_reports_a_connection_closed_mid_body():
@@ -293,18 +284,9 @@ async def test_push_mode_reports_a_connection_closed_mid_body():
         await asyncio.sleep(0.05)
         writer.close()
 
-    server, url = await _raw_pod(pod)
-    client = _client()
-    try:
-        resp = await client.post(url, CMPL, b"{}", {})
+    async with _posted(pod) as (_, resp):
         rec = _Listener()
         resp.listen(rec)
-        for _ in range(200):
-            if rec.ends:
-                break
-            await asyncio.sleep(0.01)
+        await rec.ended()
         assert bytes(rec.data) == b"x"
         assert len(rec.ends) == 1 and "closed the connection" in str(rec.ends[0])
-    finally:
-        await client.close()
-        server.close()
