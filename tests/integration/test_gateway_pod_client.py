@@ -71,16 +71,25 @@ async def test_a_client_disconnect_drops_the_pod_connection(isolated):
         assert status == 200 and st.gw.pod_client.connects == 2
 
 
-async def _post_fails(handler: Handler, match: str, read_timeout_s: float = 5.0) -> None:
-    """A POST to a raw pod running ``handler`` raises PodIOError matching ``match``."""
+@contextlib.asynccontextmanager
+async def _raw_client(
+    handler: Handler, read_timeout_s: float = 5.0
+) -> AsyncIterator[tuple[PodClient, str]]:
+    """A raw pod running ``handler`` and a client for it (both closed afterwards)."""
     server, url = await _raw_pod(handler)
     client = _client(read_timeout_s=read_timeout_s)
     try:
-        with pytest.raises(PodIOError, match=match):
-            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+        yield client, url
     finally:
         await client.close()
         server.close()
+
+
+async def _post_fails(handler: Handler, match: str, read_timeout_s: float = 5.0) -> None:
+    """A POST to a raw pod running ``handler`` raises PodIOError matching ``match``."""
+    async with _raw_client(handler, read_timeout_s) as (client, url):
+        with pytest.raises(PodIOError, match=match):
+            await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
 
 
 async def test_a_silent_pod_times_out():
@@ -194,32 +203,28 @@ class _Listener:
             await asyncio.sleep(0.01)
 
 
-_CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-def _chunk(data: bytes) -> bytes:
+def chunk(data: bytes) -> bytes:
+    """``data`` as one chunk of a chunked HTTP body."""
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 @contextlib.asynccontextmanager
 async def _posted(pod: Handler, read_timeout_s: float = 5.0) -> AsyncIterator[tuple]:
     """A raw pod, a client and the response of one POST to it."""
-    server, url = await _raw_pod(pod)
-    client = _client(read_timeout_s)
-    try:
+    async with _raw_client(pod, read_timeout_s) as (client, url):
         yield client, await client.post(url, CMPL, b"{}", {})
-    finally:
-        await client.close()
-        server.close()
 
 
 async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
     async def pod(reader, writer):
         await _read_request(reader)
-        writer.write(_CHUNKED + _chunk(b"one,") + _chunk(b"two,"))  # with the head
+        writer.write(CHUNKED_HEAD + chunk(b"one,") + chunk(b"two,"))  # with the head
         await writer.drain()
         await asyncio.sleep(0.05)
-        writer.write(_chunk(b"three"))
+        writer.write(chunk(b"three"))
         await writer.drain()
         await asyncio.sleep(0.05)
         writer.write(b"0\r\n\r\n")
@@ -239,10 +244,10 @@ async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
 async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
     async def pod(reader, writer):
         await _read_request(reader)
-        writer.write(_CHUNKED + _chunk(b"a,[END]"))
+        writer.write(CHUNKED_HEAD + chunk(b"a,[END]"))
         await writer.drain()
         await asyncio.sleep(0.05)
-        writer.write(_chunk(b"tail") + b"0\r\n\r\n")
+        writer.write(chunk(b"tail") + b"0\r\n\r\n")
         await writer.drain()
         await asyncio.sleep(5)
 
@@ -257,10 +262,10 @@ async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
 async def test_push_mode_pauses_and_times_out_on_silence_only_while_listening():
     async def pod(reader, writer):
         await _read_request(reader)
-        writer.write(_CHUNKED + _chunk(b"x"))
+        writer.write(CHUNKED_HEAD + chunk(b"x"))
         await writer.drain()
         await asyncio.sleep(0.1)
-        writer.write(_chunk(b"y"))  # arrives while the reader is paused
+        writer.write(chunk(b"y"))  # arrives while the reader is paused
         await writer.drain()
         await asyncio.sleep(30)  # then silence
 
@@ -279,7 +284,7 @@ async def test_push_mode_pauses_and_times_out_on_silence_only_while_listening():
 async def test_push_mode_reports_a_connection_closed_mid_body():
     async def pod(reader, writer):
         await _read_request(reader)
-        writer.write(_CHUNKED + _chunk(b"x"))
+        writer.write(CHUNKED_HEAD + chunk(b"x"))
         await writer.drain()
         await asyncio.sleep(0.05)
         writer.close()

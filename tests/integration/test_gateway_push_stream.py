@@ -16,16 +16,12 @@ import pytest
 from services.gateway import proxy
 from services.gateway.upstream import UpstreamStream
 from tests.integration.gateway_harness import MODEL, gateway_stack, wait_for
-from tests.integration.test_gateway_pod_client import _raw_pod, _read_request
+from tests.integration.test_gateway_pod_client import _raw_pod, _read_request, chunk
 
 pytestmark = pytest.mark.timeout(60)
 
 CMPL = "/v1/completions"
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 def event(i: int, text: str | None = None) -> bytes:
@@ -71,13 +67,14 @@ def scripted_pod(pieces: list[bytes], gap_s: float = 0.01, then_silent: bool = F
     return handler
 
 
-async def raw_stack(isolated, handler, **overrides):
+async def raw_pod(handler):
+    """A raw TCP pod and the record the gateway's snapshot names it by."""
     server, url = await _raw_pod(handler)
     return server, SimpleNamespace(name="raw-0", url=url)
 
 
 async def test_push_and_message_paths_give_the_client_the_same_stream(isolated, monkeypatch):
-    server, pod = await raw_stack(isolated, scripted_pod(SCRIPT))
+    server, pod = await raw_pod(scripted_pod(SCRIPT))
     pushed = 0
     real_push = proxy._Exchange._push
 
@@ -110,7 +107,7 @@ async def test_push_and_message_paths_give_the_client_the_same_stream(isolated, 
 async def test_an_error_event_in_a_piece_ends_the_stream_after_the_events_before_it(isolated):
     err = b'data: {"error": {"message": "engine died", "code": 500}}\n\n'
     script = [chunk(event(0)), chunk(event(1) + err + event(2)) + b"0\r\n\r\n"]
-    server, pod = await raw_stack(isolated, scripted_pod(script))
+    server, pod = await raw_pod(scripted_pod(script))
     try:
         async with gateway_stack(isolated, n_pods=0) as st:
             await st.snapshot(pods=[pod])
@@ -127,7 +124,7 @@ async def test_an_error_event_in_a_piece_ends_the_stream_after_the_events_before
 
 
 async def test_a_pod_that_falls_silent_mid_stream_times_out(isolated):
-    server, pod = await raw_stack(isolated, scripted_pod(SCRIPT[:2], then_silent=True))
+    server, pod = await raw_pod(scripted_pod(SCRIPT[:2], then_silent=True))
     try:
         async with gateway_stack(isolated, n_pods=0, pod_read_timeout_s=0.3) as st:
             await st.snapshot(pods=[pod])
@@ -145,7 +142,7 @@ async def test_a_slow_client_pauses_the_pod_connection_and_loses_nothing(isolate
     pieces = [chunk(b"".join(event(i, fat) for i in range(j, j + 50)))
               for j in range(0, n_events, 50)]  # fmt: skip
     pieces[-1] += chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-    server, pod = await raw_stack(isolated, scripted_pod(pieces, gap_s=0))
+    server, pod = await raw_pod(scripted_pod(pieces, gap_s=0))
     pauses = resumes = 0
     real_pause, real_resume = UpstreamStream.pause_reading, UpstreamStream.resume_reading
 
