@@ -57,9 +57,12 @@ async def send_bytes(
     await send({"type": "http.response.body", "body": body})
 
 
-async def start_event_stream(send: Send, headers: Mapping[str, str], first: bytes = b"") -> None:
+async def start_event_stream(
+    send: Send, headers: Mapping[str, str], first: bytes = b""
+) -> ChunkWriter | None:
     """The status line and headers of an SSE response (chunked), then ``first`` (the first
-    events' bytes; none if empty) as its first chunk.
+    events' bytes; none if empty) as its first chunk. Returns the response's
+    :func:`chunk_writer` (None when the server is not uvicorn).
 
     Served by uvicorn (``send`` is its request cycle's method, which writes the head to the
     socket at once), both go out in one socket write: the server's own ``send`` builds and
@@ -70,22 +73,36 @@ async def start_event_stream(send: Send, headers: Mapping[str, str], first: byte
     raw = [(b"content-type", SSE_CONTENT_TYPE), (b"cache-control", b"no-cache"), *_encode(headers)]
     start = {"type": "http.response.start", "status": 200, "headers": raw}
     body = {"type": "http.response.body", "body": first, "more_body": True}
-    cycle = getattr(send, "__self__", None)
-    transport = getattr(cycle, "transport", None)
-    flow = getattr(cycle, "flow", None)
-    if first and hasattr(transport, "write") and getattr(flow, "write_paused", True) is False:
+    cycle = _uvicorn_cycle(send)
+    if first and cycle is not None and not cycle.flow.write_paused:
+        transport = cycle.transport
         held = _HeldWrites(transport)
-        cycle.transport = held  # type: ignore[union-attr]
+        cycle.transport = held
         try:
             await send(start)
             await send(body)
         finally:
-            cycle.transport = transport  # type: ignore[union-attr]
+            cycle.transport = transport
         held.release()
-        return
-    await send(start)
-    if first:
-        await send(body)
+    else:
+        await send(start)
+        if first:
+            await send(body)
+    return chunk_writer(send)
+
+
+def _uvicorn_cycle(send: Send):
+    """uvicorn's request cycle when ``send`` is its method (with the attributes used here),
+    else None."""
+    cycle = getattr(send, "__self__", None)
+    if (
+        hasattr(getattr(cycle, "transport", None), "write")
+        and isinstance(getattr(getattr(cycle, "flow", None), "write_paused", None), bool)
+        and isinstance(getattr(cycle, "disconnected", None), bool)
+        and isinstance(getattr(cycle, "response_complete", None), bool)
+    ):
+        return cycle
+    return None
 
 
 class ChunkWriter:
@@ -120,15 +137,14 @@ def chunk_writer(send: Send) -> ChunkWriter | None:
     """A :class:`ChunkWriter` when ``send`` is uvicorn's request cycle's, the head of a
     chunked response has gone out and the response is not complete; otherwise None (send
     each chunk as an ASGI message)."""
-    cycle = getattr(send, "__self__", None)
+    cycle = _uvicorn_cycle(send)
     if (
-        getattr(cycle, "response_started", None) is True
+        cycle is not None
+        and getattr(cycle, "response_started", None) is True
         and getattr(cycle, "chunked_encoding", None) is True
-        and getattr(cycle, "response_complete", None) is False
-        and getattr(cycle, "disconnected", None) is False
-        and hasattr(getattr(cycle, "transport", None), "write")
-        and isinstance(getattr(getattr(cycle, "flow", None), "write_paused", None), bool)
-        and cycle.scope.get("method") != "HEAD"  # type: ignore[union-attr]
+        and not cycle.response_complete
+        and not cycle.disconnected
+        and cycle.scope.get("method") != "HEAD"
     ):
         return ChunkWriter(cycle)
     return None

@@ -27,7 +27,6 @@ from starlette.types import Receive, Scope, Send
 from services.gateway import explain, tracing
 from services.gateway.asgi import (
     ChunkWriter,
-    chunk_writer,
     read_body,
     request_headers,
     send_bytes,
@@ -246,9 +245,8 @@ class _Exchange:
             if stream.done:  # the whole reply came at once: headers, then it all, below
                 await start_event_stream(send, headers)
             else:  # the head and the first events in one write
-                await start_event_stream(send, headers, out)
+                writer = await start_event_stream(send, headers, out)
                 out = b""
-                writer = chunk_writer(send)
                 if writer is not None:  # uvicorn: forwarded from the pod's callbacks
                     out = await self._push(writer)
             while not stream.done:  # any other ASGI server

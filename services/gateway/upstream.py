@@ -181,7 +181,7 @@ class UpstreamStream:
         stream ended with them). The future resolves (None) after ``[DONE]``, or with the
         StreamBroken (or whatever ``deliver`` raised) that ended the stream; what ``deliver``
         got before a failure stands. Pull mode again once it resolves."""
-        pump = _Pump(self, deliver)
+        pump = _Pump(self._sse, self.resp, deliver)
         self.resp.listen(pump)
         return pump.done
 
@@ -222,17 +222,20 @@ class UpstreamStream:
 class _Pump:
     """The BodyListener of :meth:`UpstreamStream.pump`."""
 
-    __slots__ = ("_deliver", "_stream", "done")
+    __slots__ = ("_deliver", "_resp", "_sse", "done")
 
-    def __init__(self, stream: UpstreamStream, deliver: Callable[[list[Event], bool], None]):
-        self._stream = stream
+    def __init__(
+        self, sse: SseDecoder, resp: PodResponse, deliver: Callable[[list[Event], bool], None]
+    ) -> None:
+        self._sse = sse
+        self._resp = resp
         self._deliver = deliver
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
 
     def on_piece(self, piece: bytes) -> None:
         if self.done.done():
             return  # settled: the rest is not ours (the exchange ends the connection)
-        sse = self._stream._sse
+        sse = self._sse
         try:
             events = sse.feed(piece)
             if events or sse.done:
@@ -251,11 +254,11 @@ class _Pump:
         if error is not None:
             why = f"pod stream failed: {type(error).__name__}: {error}"
             self._settle(StreamBroken("connection", why))
-        elif not self._stream._sse.done:
+        elif not self._sse.done:
             self._settle(StreamBroken("eof", _EOF))
 
     def _settle(self, error: Exception | None) -> None:
-        self._stream.resp.unlisten()
+        self._resp.unlisten()
         if error is None:
             self.done.set_result(None)
         else:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from services.gateway import proxy
+from services.gateway import asgi, proxy
 from services.gateway.upstream import UpstreamStream
 from tests.integration.gateway_harness import MODEL, gateway_stack, wait_for
 from tests.integration.test_gateway_pod_client import _raw_pod, _read_request, chunk
@@ -90,7 +90,7 @@ async def test_push_and_message_paths_give_the_client_the_same_stream(isolated, 
             body = {"model": MODEL, "prompt": "x", "max_tokens": 6, "stream": True}
             status, h, via_push = await st.stream(CMPL, body)
             assert status == 200 and h["x-headroom-pod"] == "raw-0" and pushed == 1
-            monkeypatch.setattr(proxy, "chunk_writer", lambda send: None)  # another server
+            monkeypatch.setattr(asgi, "_uvicorn_cycle", lambda send: None)  # another server
             status, _, via_messages = await st.stream(CMPL, body)
             assert status == 200 and pushed == 1
             texts = [e["choices"][0]["text"] for e in via_push[:-1]]

@@ -65,8 +65,8 @@ async def test_uvicorn_gets_the_head_and_the_first_events_in_one_write():
     t = RecordingTransport()
     c = cycle(t)
     first = b'data: {"a": 1}\n\n'
-    await start_event_stream(c.send, {"x-request-id": "r1"}, first)
-    assert len(t.writes) == 1
+    writer = await start_event_stream(c.send, {"x-request-id": "r1"}, first)
+    assert writer is not None and len(t.writes) == 1
     status, headers, body = parse(t.writes[0])
     assert status == 200 and body == first
     assert headers["content-type"].startswith("text/event-stream")
@@ -101,7 +101,7 @@ async def test_any_other_server_gets_the_plain_messages():
     async def send(message: dict) -> None:
         sent.append(message)
 
-    await start_event_stream(send, {"x-a": "b"}, b"data: {}\n\n")
+    assert await start_event_stream(send, {"x-a": "b"}, b"data: {}\n\n") is None
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert sent[1] == {"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True}
     assert (b"x-a", b"b") in sent[0]["headers"]
