@@ -180,9 +180,18 @@ def _mean_ms(h0: dict, h1: dict, name: str) -> float | None:
     return round(s / n * 1e3, 3) if n else None
 
 
-def summarize(direct, via, cpu_s: float, elapsed: float, idle_s_per_s: float = 0.0) -> dict:
+def summarize(
+    direct,
+    via,
+    cpu_s: float,
+    elapsed: float,
+    idle_s_per_s: float = 0.0,
+    user_kernel_s: tuple[float, float] | None = None,
+) -> dict:
     """``idle_s_per_s``: the gateway's CPU with no requests (the background work every
-    phase pays whatever the rate), subtracted for the marginal cost per request."""
+    phase pays whatever the rate), subtracted for the marginal cost per request.
+    ``user_kernel_s``: ``cpu_s`` split into user space and kernel (on loopback the kernel
+    part includes the receiving side's TCP work for every write the gateway makes)."""
     routing: dict[str, int] = {}
     pods: dict[str, int] = {}
     for r in via:
@@ -210,6 +219,9 @@ def summarize(direct, via, cpu_s: float, elapsed: float, idle_s_per_s: float = 0
         "gateway_idle_cpu_s_per_s": round(idle_s_per_s, 4),
         "gateway_cpu_ms_per_request_marginal": round((cpu_s - idle_s_per_s * elapsed) / n * 1e3, 3)
         if n
+        else None,
+        "gateway_cpu_ms_per_request_user_kernel": [round(x / n * 1e3, 3) for x in user_kernel_s]
+        if n and user_kernel_s is not None
         else None,
     }
 
@@ -242,19 +254,15 @@ async def measure(args: argparse.Namespace, stack) -> dict:
                 duration_s=args.duration, max_tokens=args.max_tokens, seed=1 if stream else 2,
             )  # fmt: skip
             cpu = proc_cpu_s(gw.proc.pid) - cpu0
-            user, system = (
+            user_kernel = tuple(
                 b - a for a, b in zip(split0, proc_cpu_split_s(gw.proc.pid), strict=True)
             )
             busy = {k: round((proc_cpu_s(pid) - all0[k]) / elapsed, 3) for k, pid in procs.items()}
             h1 = await gateway_histograms(http, stack.gateway_url)
-            out[name] = {**summarize(direct, via, cpu, elapsed, idle), "duration_s": round(elapsed, 2),
+            out[name] = {**summarize(direct, via, cpu, elapsed, idle, user_kernel),  # type: ignore[arg-type]
+                         "duration_s": round(elapsed, 2),
                          "loadavg_before": load0, "loadavg_after": loadavg(),
                          "cpu_s_per_s": busy,
-                         # user space vs kernel (on loopback the kernel part includes the
-                         # receiving side's TCP work for every write the gateway makes)
-                         "gateway_cpu_ms_per_request_user_kernel": [
-                             round(user / max(1, len(via)) * 1e3, 3),
-                             round(system / max(1, len(via)) * 1e3, 3)],
                          "predict_call_mean_ms": _mean_ms(h0, h1, "predict_seconds"),
                          "gateway_gc": gc_summary(h0, h1),
                          "scheduling_mean_ms": _mean_ms(h0, h1, "scheduler_duration_seconds")}  # fmt: skip

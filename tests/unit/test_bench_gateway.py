@@ -24,10 +24,11 @@ def test_added_latency_is_the_difference_of_percentiles_over_successes():
 
 def test_cpu_per_request_and_the_marginal_cost_without_the_idle_background():
     via = [rec(200, 1.0, 2.0, pod=f"pod-{i % 2}") for i in range(200)]
-    s = summarize(via, via, cpu_s=0.5, elapsed=10.0, idle_s_per_s=0.01)
+    s = summarize(via, via, cpu_s=0.5, elapsed=10.0, idle_s_per_s=0.01, user_kernel_s=(0.4, 0.1))
     assert s["requests"] == 200 and s["errors"] == {"direct": 0, "gateway": 0}
     assert s["gateway_cpu_ms_per_request"] == 2.5  # 0.5 s / 200
     assert s["gateway_cpu_s_per_s"] == 0.05
     assert s["gateway_idle_cpu_s_per_s"] == 0.01
     assert s["gateway_cpu_ms_per_request_marginal"] == 2.0  # (0.5 - 0.01 x 10) / 200
+    assert s["gateway_cpu_ms_per_request_user_kernel"] == [2.0, 0.5]
     assert s["pods"] == {"pod-0": 100, "pod-1": 100} and s["routing"] == {"predicted": 200}
