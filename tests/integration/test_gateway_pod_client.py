@@ -211,6 +211,22 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
+def scripted(*steps: bytes | float) -> Handler:
+    """A raw pod that reads one request, then writes each bytes step and sleeps each number
+    of seconds, in order."""
+
+    async def pod(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        for step in steps:
+            if isinstance(step, bytes):
+                writer.write(step)
+                await writer.drain()
+            else:
+                await asyncio.sleep(step)
+
+    return pod
+
+
 @contextlib.asynccontextmanager
 async def _posted(pod: Handler, read_timeout_s: float = 5.0) -> AsyncIterator[tuple]:
     """A raw pod, a client and the response of one POST to it."""
@@ -219,18 +235,10 @@ async def _posted(pod: Handler, read_timeout_s: float = 5.0) -> AsyncIterator[tu
 
 
 async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
-    async def pod(reader, writer):
-        await _read_request(reader)
-        writer.write(CHUNKED_HEAD + chunk(b"one,") + chunk(b"two,"))  # with the head
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(chunk(b"three"))
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(5)
-
+    pod = scripted(
+        CHUNKED_HEAD + chunk(b"one,") + chunk(b"two,"),  # with the head
+        0.05, chunk(b"three"), 0.05, b"0\r\n\r\n", 5.0,
+    )  # fmt: skip
     async with _posted(pod) as (client, resp):
         rec = _Listener()
         resp.listen(rec)
@@ -242,15 +250,7 @@ async def test_push_mode_hands_over_the_backlog_then_pieces_then_the_end():
 
 
 async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
-    async def pod(reader, writer):
-        await _read_request(reader)
-        writer.write(CHUNKED_HEAD + chunk(b"a,[END]"))
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(chunk(b"tail") + b"0\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(5)
-
+    pod = scripted(CHUNKED_HEAD + chunk(b"a,[END]"), 0.05, chunk(b"tail") + b"0\r\n\r\n", 5.0)
     async with _posted(pod) as (_, resp):
         rec = _Listener(resp, let_go_on=b"[END]")
         resp.listen(rec)
@@ -260,15 +260,8 @@ async def test_a_listener_that_lets_go_in_the_backlog_is_not_called_again():
 
 
 async def test_push_mode_pauses_and_times_out_on_silence_only_while_listening():
-    async def pod(reader, writer):
-        await _read_request(reader)
-        writer.write(CHUNKED_HEAD + chunk(b"x"))
-        await writer.drain()
-        await asyncio.sleep(0.1)
-        writer.write(chunk(b"y"))  # arrives while the reader is paused
-        await writer.drain()
-        await asyncio.sleep(30)  # then silence
-
+    # "y" arrives while the reader is paused, then silence
+    pod = scripted(CHUNKED_HEAD + chunk(b"x"), 0.1, chunk(b"y"), 30.0)
     async with _posted(pod, read_timeout_s=0.3) as (_, resp):
         rec = _Listener()
         resp.listen(rec)
