@@ -175,9 +175,11 @@ def forced_tool(body: dict) -> Tool | None:
         return None
     choice = body.get("tool_choice")
     name = None
-    if isinstance(choice, dict):
+    if isinstance(choice, dict):  # a named function ("allowed_tools" and others: not forced)
         fn = choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str):
+            return None
     elif choice != "required":
         return None
     for t in tools:

@@ -130,6 +130,8 @@ def test_parse_chat_accepts_tools_tool_calls_and_parts():
     named = {"type": "function", "function": {"name": "g"}}
     assert oa.forced_tool({"tools": tools, "tool_choice": named}) == oa.Tool("g", "input")
     assert oa.forced_tool({"tools": tools, "tool_choice": "auto"}) is None
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}
+    assert oa.forced_tool({"tools": tools, "tool_choice": allowed}) is None
     assert oa.forced_tool({"tool_choice": "required"}) is None
 
 
