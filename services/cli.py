@@ -118,6 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         from services import model_cli
 
         sys.exit(model_cli.main(argv[1:]))
+    if argv and argv[0] == "keys":
+        from services import keys_cli
+
+        sys.exit(keys_cli.main(argv[1:]))
     if argv and argv[0] in SERVICES:
         module = importlib.import_module(f"services.{argv[0]}.main")
         module.main(argv[1:])
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
     up.set_defaults(func=_up)
     sub.add_parser("model", help="model versions: list|show|history|rollback|export|import|flush")
+    sub.add_parser("keys", help="gateway API keys: add|list|revoke (the key file)")
     health = sub.add_parser("health", help="exit 0 if every URL answers HTTP 200")
     health.add_argument("urls", nargs="+")
     health.add_argument("--timeout", type=float, default=2.0)

@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.gateway import tracing
+from services.gateway.access import FrontDoor
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
@@ -98,6 +99,8 @@ class Gateway:
                 f"{self.scheduling.source}: unknown profile '{settings.profile}' "
                 f"(known: {', '.join(self.schedulers)})"
             )
+        # API keys, privileged-header policy, rate limits, pod credentials (access.py)
+        self.front = FrontDoor(settings, self.names, self.metrics.registry, self.schedulers)
         self.view = PodView(stale_after_s=settings.stale_after_s)
         # flow control per profile that enables it (services/gateway/scheduling/flow.py);
         # the view's change hook releases queued requests as pods make room
@@ -122,6 +125,7 @@ class Gateway:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        await self.front.start()  # a bad key file or pod key fails start-up
         self.nc = await connect_nats(s.nats_url, f"gateway-{s.pool}")
         js = self.nc.jetstream()
         await ensure_samples_stream(js, self.names)
@@ -149,6 +153,7 @@ class Gateway:
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
+        await self.front.stop()
         if self.samples is not None:
             await self.samples.drain()
         if self.pod_client is not None:
