@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from services.gateway.api_keys import ApiKey, KeyFileError, parse_key_file
 from services.gateway.auth import (
+    ALLOW_ALL,
     HeaderPolicy,
     KeyRing,
     authenticate,
@@ -35,10 +36,11 @@ from services.gateway.auth import (
     objectives_for,
 )
 from services.gateway.errors import GatewayError
+from services.gateway.explain import wants_debug
 from services.gateway.openai_request import ParsedRequest
 from services.gateway.pod_auth import PodCredentials
 from services.gateway.ratelimit import RedisLimiter, charges
-from services.gateway.request_headers import RequestObjectives
+from services.gateway.request_headers import RequestObjectives, parse_objective_headers
 from services.gateway.settings import GatewaySettings
 from shared.subjects import Names
 from shared.tokenizer import count_tokens
@@ -140,19 +142,17 @@ class FrontDoor:
             "Key file (re)loads, by result (ok, or error: the previous keys stay in force)",
             ["result"], registry=registry,
         )  # fmt: skip
-
-    @property
-    def keys_enabled(self) -> bool:
-        return self._file is not None
-
-    # --- lifecycle ----------------------------------------------------------------------
-    async def start(self) -> None:
-        """Load the key file and the pod key (a bad one fails start-up) and start watching
-        them; connect the rate limiter (lazily: the first limited request)."""
+        # read at construction, so a bad file fails start-up before anything listens
         self.pods.load()
         if self._file is not None:
             self._file.check()
-            self._install(await asyncio.to_thread(self._load))
+            self._install(self._load())
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start watching the key files; make the rate limiter (it connects to Redis at
+        the first limited request)."""
+        if self._file is not None:
             self.limiter = self._make_limiter()
         if self._file is not None or self.pods.watches_file:
             self._watch = asyncio.create_task(self._watch_files(), name="front-door-watch")
@@ -224,14 +224,24 @@ class FrontDoor:
     def caller(self, headers: Mapping[str, str]) -> Caller:
         """Raises GatewayError 401 (no valid key), 400 (a malformed scheduling header) or
         403 (a privileged header beyond the caller's policy)."""
-        key = self.identify(headers)
-        policy = self.anonymous if key is None else self.policies[key.id]
-        try:
-            objectives, debug = objectives_for(headers, policy, self.profiles, self.active_profile)
-        except GatewayError as e:
-            if e.status == 403 and e.param is not None:
-                self.denied.labels(e.param.removeprefix("x-headroom-")).inc()
-            raise
+        key = None
+        policy = self.anonymous
+        if self.ring is not None:
+            key = self.identify(headers)
+            policy = self.policies[key.id]
+        if policy is ALLOW_ALL:  # no key file, privileged_headers=allow: as before keys existed
+            objectives, debug = (
+                parse_objective_headers(headers, self.profiles),
+                wants_debug(headers),
+            )
+        else:
+            try:
+                objectives, debug = objectives_for(headers, policy, self.profiles,
+                                                   self.active_profile)  # fmt: skip
+            except GatewayError as e:
+                if e.status == 403 and e.param is not None:
+                    self.denied.labels(e.param.removeprefix("x-headroom-")).inc()
+                raise
         return Caller(self, key, objectives, debug, self.pods.authorization(headers))
 
     def models_for(self, headers: Mapping[str, str], models: list[str]) -> list[str]:

@@ -77,3 +77,13 @@ def test_forwarding_with_a_key_file_is_refused():
     GatewaySettings(api_keys_path="/k.yaml", pod_auth="none")
     s = GatewaySettings(pod_auth="inject", pod_api_key="pod-secret-x")
     assert "pod-secret-x" not in repr(s) and "pod-secret-x" not in str(s.model_dump())
+
+
+def test_a_settings_error_does_not_repeat_the_pod_key():
+    from services.gateway.main import settings_errors
+
+    with pytest.raises(ValidationError) as e:
+        GatewaySettings(api_keys_path="/k.yaml", pod_api_key="pod-secret-y")
+    assert "pod-secret-y" in str(e.value)  # pydantic's own message would leak it
+    msg = settings_errors(e.value)
+    assert "pod_auth=forward would send" in msg and "pod-secret-y" not in msg
