@@ -125,7 +125,7 @@ class Gateway:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        await self.front.start()  # a bad key file or pod key fails start-up
+        await self.front.start()  # key-file watch, rate limiter (the files were read in __init__)
         self.nc = await connect_nats(s.nats_url, f"gateway-{s.pool}")
         js = self.nc.jetstream()
         await ensure_samples_stream(js, self.names)

@@ -7,6 +7,7 @@ pod key may appear in any log line, span, /metrics page or response."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -18,11 +19,41 @@ from shared.bus import connect_nats
 from shared.embedded import free_port
 from shared.schemas import PodRecord, PodSnapshot
 from tests.integration.otlp_sink import running_sink
-from tests.integration.service_process import spawn, terminate
+from tests.integration.service_process import spawn
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 POOL = "p1"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 4}
+
+
+class Logged:
+    """A service process whose stderr is read as it comes (a full pipe would stall it)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.log = bytearray()
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, module: str, env: dict[str, str]) -> Logged:
+        return cls(await spawn(module, env))
+
+    async def _read(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := await self.proc.stderr.read(65536):
+            self.log += chunk
+
+    async def stop(self) -> int:
+        """SIGTERM, then SIGKILL after 15 s; the exit code (negative: killed)."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 15)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        await self._reader
+        return self.proc.returncode
 
 
 async def _until_ok(http: aiohttp.ClientSession, url: str, headers=None, within=60.0) -> dict:
@@ -62,14 +93,12 @@ async def test_two_gateways_share_a_rate_limit_and_leak_no_credential(isolated, 
             **sink.env(),
             "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST": ".*",
         }
-        procs = {
-            "simulator": await spawn("services.simulator", {
-                **common, "HEADROOM_SIM_PORTS": ",".join(map(str, pod_ports)),
-                "VLLM_API_KEY": pod_key,
-            }),
-        }  # fmt: skip
+        procs: dict[str, Logged] = {}
+        envs = {"simulator": ("services.simulator", {
+            **common, "HEADROOM_SIM_PORTS": ",".join(map(str, pod_ports)), "VLLM_API_KEY": pod_key,
+        })}  # fmt: skip
         for i, port in enumerate(gw_ports):
-            procs[f"gateway-{i}"] = await spawn("services.gateway", {
+            envs[f"gateway-{i}"] = ("services.gateway", {
                 **common, "HEADROOM_GATEWAY_PORT": str(port),
                 "HEADROOM_GATEWAY_STALE_AFTER_S": "60",
                 "HEADROOM_GATEWAY_API_KEYS_PATH": str(key_file),
@@ -80,6 +109,8 @@ async def test_two_gateways_share_a_rate_limit_and_leak_no_credential(isolated, 
         replies: list[bytes] = []
         metrics_pages: list[str] = []
         try:
+            for name, (module, env) in envs.items():
+                procs[name] = await Logged.start(module, env)
             async with aiohttp.ClientSession() as http:
                 for url in gws:
                     await _until_ok(http, url + "/health")
@@ -141,15 +172,11 @@ async def test_two_gateways_share_a_rate_limit_and_leak_no_credential(isolated, 
                     assert time.monotonic() < deadline, sink.services()
                     await asyncio.sleep(0.1)
         finally:
-            logs = {}
-            for name, proc in procs.items():
-                rc, err = await terminate(proc, name)
-                logs[name] = err
-                if rc != 0:
-                    print(f"--- {name} exited {rc}:\n{err.decode()[-3000:]}")
-            for name, err in logs.items():
-                print(f"--- {name} (last lines):\n{err.decode()[-1500:]}")  # shown on failure
-        assert all(proc.returncode == 0 for proc in procs.values())
+            rcs = {name: await proc.stop() for name, proc in procs.items()}
+            logs = {name: bytes(proc.log) for name, proc in procs.items()}
+            for name, err in logs.items():  # shown on failure
+                print(f"--- {name} exited {rcs[name]}; last lines:\n{err.decode()[-1500:]}")
+        assert rcs == dict.fromkeys(envs, 0)
 
     # the limit lives in Redis, under the namespace
     assert any("rate_limited_total" in p and f'key="{limited.id}"' in p for p in metrics_pages)
