@@ -191,7 +191,8 @@ class RedisLimiter:
         )  # fmt: skip
         self.settle_errors = Counter(
             "headroom_gateway_ratelimit_settle_errors",
-            "Output-token charges lost because Redis failed (the key was not charged them)",
+            "Output-token charges lost because Redis failed or was paused after a failure "
+            "(the key was not charged them)",
             registry=registry,
         )  # fmt: skip
 
@@ -244,7 +245,10 @@ class RedisLimiter:
     def settle(self, key: ApiKey, output_tokens: int) -> None:
         """Charge ``output_tokens`` to the key's token limit (background; no check)."""
         lim = key.policy.tokens
-        if lim is None or output_tokens <= 0 or time.monotonic() < self._down_until:
+        if lim is None or output_tokens <= 0:
+            return
+        if time.monotonic() < self._down_until:  # Redis failed a moment ago
+            self.settle_errors.inc()
             return
         task = asyncio.ensure_future(self._settle_now(key, lim, output_tokens))
         self._tasks.add(task)
