@@ -15,9 +15,11 @@ so replicas with skewed clocks share one timeline. Keys are
 until its bucket is full again (an absent key is a full bucket), so idle keys vanish.
 
 Tokens: at admission a request is charged its prompt tokens (and refused if they do not
-fit); when it completes (or fails, or the client leaves) its output tokens are charged
-without a check (:meth:`RedisLimiter.settle`): the bucket may go into debt, and the key's
-next requests wait until it has paid it back. A key can therefore overshoot its token
+fit); when it completes (or fails, or the client leaves) its output tokens are owed
+(:meth:`RedisLimiter.settle`) and charged without a check: by the key's next request, in
+the same script call as its own check (no extra round trip for a busy key), or within
+``FLUSH_S`` by one call for every key still owing. The bucket may go into debt, and the
+key's next requests wait until it has paid it back. A key can therefore overshoot its token
 limit by the output of the requests it has in flight, never for longer than that debt
 takes to repay. A request whose prompt alone exceeds the token burst can never be served
 under the key's limit: 429 ``request_too_large`` without Retry-After.
@@ -51,36 +53,43 @@ from shared.subjects import Names
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0
+FLUSH_S = 0.1  # output tokens not carried by a next request are charged within this
+MAX_DEBTORS = 100_000  # keys owing tokens kept through a Redis outage (then dropped, counted)
 OnError = Literal["allow", "reject"]
 
-# KEYS[i]: a limit's TAT key; ARGV[3i-2..3i]: interval_us, tolerance_us, cost of limit i.
+# KEYS[i]: a limit's TAT key; ARGV[4i-3..4i]: interval_us, tolerance_us, cost, debt of limit
+# i. The debt (output tokens of finished requests, not yet charged) is charged first,
+# whatever the verdict; the cost only if every limit admits it.
 # Returns {refused limit index (0: none), wait us, remaining of each limit...}.
 ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local refused, wait = 0, 0
-local tats, left = {}, {}
+local bases, news, left = {}, {}, {}
 for i = 1, #KEYS do
-  local interval = tonumber(ARGV[3 * i - 2])
-  local tolerance = tonumber(ARGV[3 * i - 1])
-  local cost = tonumber(ARGV[3 * i])
+  local interval = tonumber(ARGV[4 * i - 3])
+  local tolerance = tonumber(ARGV[4 * i - 2])
+  local cost = tonumber(ARGV[4 * i - 1])
+  local debt = tonumber(ARGV[4 * i])
   local tat = tonumber(redis.call('GET', KEYS[i]) or now)
   if tat < now then tat = now end
-  local new = tat + cost * interval
+  local base = tat + debt * interval
+  local new = base + cost * interval
   local over = new - tolerance - now
   if over > 0 then
     if refused == 0 then refused = i end
     if over > wait then wait = over end
-    left[i] = math.floor((now + tolerance - tat) / interval)
+    left[i] = math.floor((now + tolerance - base) / interval)
   else
     left[i] = math.floor((now + tolerance - new) / interval)
   end
-  tats[i] = new
+  bases[i], news[i] = base, new
 end
-if refused == 0 then
-  for i = 1, #KEYS do
-    redis.call('SET', KEYS[i], string.format('%.0f', tats[i]),
-               'PX', math.ceil((tats[i] - now) / 1000) + 1)
+for i = 1, #KEYS do
+  local tat = news[i]
+  if refused ~= 0 then tat = bases[i] end
+  if tat > now then
+    redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
   end
 end
 local out = {refused, math.ceil(wait)}
@@ -88,15 +97,17 @@ for i = 1, #KEYS do out[#out + 1] = left[i] end
 return out
 """
 
-# KEYS[1]: a TAT key; ARGV: interval_us, cost. Charges without a check (debt allowed).
+# KEYS[i]: a token TAT key; ARGV[2i-1..2i]: interval_us, debt. Charged without a check.
 SETTLE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-tat = tat + tonumber(ARGV[2]) * tonumber(ARGV[1])
-redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-return 1
+for i = 1, #KEYS do
+  local tat = tonumber(redis.call('GET', KEYS[i]) or now)
+  if tat < now then tat = now end
+  tat = tat + tonumber(ARGV[2 * i]) * tonumber(ARGV[2 * i - 1])
+  redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+end
+return #KEYS
 """
 
 
@@ -177,7 +188,9 @@ class RedisLimiter:
         self._settle = redis.register_script(SETTLE)
         self._down_until = 0.0  # monotonic: Redis failed; don't ask before this
         self._logged_at = -math.inf
-        self._tasks: set[asyncio.Task] = set()
+        self._debts: dict[str, tuple[RateLimit, int]] = {}  # key id -> uncharged output tokens
+        self._flusher: asyncio.Future | None = None
+        self._closed = False
         self.limited = Counter(
             "headroom_gateway_rate_limited",
             "Requests refused with 429 by a key's rate limit, by key id and limit",
@@ -189,10 +202,10 @@ class RedisLimiter:
             "failure), by what the gateway did: allowed (fail open) or rejected (503)",
             ["action"], registry=registry,
         )  # fmt: skip
-        self.settle_errors = Counter(
-            "headroom_gateway_ratelimit_settle_errors",
-            "Output-token charges lost because Redis failed or was paused after a failure "
-            "(the key was not charged them)",
+        self.debts_dropped = Counter(
+            "headroom_gateway_ratelimit_debts_dropped",
+            "Output-token charges dropped because Redis stayed unreachable while too many "
+            "keys owed tokens (those keys were not charged them)",
             registry=registry,
         )  # fmt: skip
 
@@ -209,12 +222,16 @@ class RedisLimiter:
         if time.monotonic() < self._down_until:
             self._redis_failed(None)
             return
+        debt = self._debts.pop(key.id, None)  # this key's uncharged output tokens ride along
         args: list[float | int] = []
         for c in cs:
-            args += [c.limit.interval_us, c.limit.tolerance_us, c.cost]
+            owed = debt[1] if debt is not None and c.kind == "tokens" else 0
+            args += [c.limit.interval_us, c.limit.tolerance_us, c.cost, owed]
         try:
             reply = await self._acquire(keys=[self.key(key.id, c.kind) for c in cs], args=args)
         except (RedisError, OSError, TimeoutError) as e:
+            if debt is not None:
+                self._owe(key.id, *debt)  # still owed: the flusher retries it
             self._redis_failed(e)
             return
         refused, wait_us, *left = (int(x) for x in reply)
@@ -243,26 +260,52 @@ class RedisLimiter:
             )  # fmt: skip
 
     def settle(self, key: ApiKey, output_tokens: int) -> None:
-        """Charge ``output_tokens`` to the key's token limit (background; no check)."""
+        """Charge ``output_tokens`` to the key's token limit, without a check: carried by the
+        key's next :meth:`acquire` if one comes within ``FLUSH_S``, else by the flusher
+        (one Redis call for every key owing tokens)."""
         lim = key.policy.tokens
         if lim is None or output_tokens <= 0:
             return
-        if time.monotonic() < self._down_until:  # Redis failed a moment ago
-            self.settle_errors.inc()
-            return
-        task = asyncio.ensure_future(self._settle_now(key, lim, output_tokens))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._owe(key.id, lim, output_tokens)
 
-    async def _settle_now(self, key: ApiKey, lim: RateLimit, tokens: int) -> None:
+    def _owe(self, key_id: str, lim: RateLimit, tokens: int) -> None:
+        prev = self._debts.get(key_id)
+        self._debts[key_id] = (lim, tokens + (prev[1] if prev is not None else 0))
+        if not self._closed and (self._flusher is None or self._flusher.done()):
+            self._flusher = asyncio.ensure_future(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        while self._debts:
+            await asyncio.sleep(FLUSH_S)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Charge every pending debt now, in one Redis call."""
+        if not self._debts:
+            return
+        if time.monotonic() < self._down_until:  # Redis failed a moment ago: keep them
+            return
+        debts, self._debts = self._debts, {}
+        keys = [self.key(kid, "tokens") for kid in debts]
+        args = [x for lim, tokens in debts.values() for x in (lim.interval_us, tokens)]
         try:
-            await self._settle(keys=[self.key(key.id, "tokens")], args=[lim.interval_us, tokens])
+            await self._settle(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as e:
-            self.settle_errors.inc()
             self._down_until = time.monotonic() + self.retry_s
-            log.debug("rate limiter: output tokens not charged: %s", e)
+            for kid, (lim, tokens) in debts.items():
+                if len(self._debts) < MAX_DEBTORS:
+                    self._owe(kid, lim, tokens)
+                else:
+                    self.debts_dropped.inc()
+            log.debug("rate limiter: output tokens not charged yet: %s", e)
 
     async def close(self) -> None:
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=2.0)
-        await self.redis.aclose()
+        """Charge what is owed (bounded by the Redis timeout), then disconnect."""
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.cancel()
+        self._down_until = 0.0
+        try:
+            await self.flush()
+        finally:
+            await self.redis.aclose()
