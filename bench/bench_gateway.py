@@ -142,8 +142,14 @@ async def gateway_histograms(http: aiohttp.ClientSession, url: str) -> dict:
     """Count and sum of the gateway's prediction-call and scheduling-cycle histograms."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with http.get(url + "/metrics") as r:
-        text = await r.text()
+    for attempt in range(3):  # a pooled connection the server closed while idle: retry
+        try:
+            async with http.get(url + "/metrics") as r:
+                text = await r.text()
+            break
+        except aiohttp.ServerDisconnectedError:
+            if attempt == 2:
+                raise
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         if fam.name in ("headroom_gateway_predict_seconds",
