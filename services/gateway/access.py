@@ -198,16 +198,23 @@ class FrontDoor:
         interval = self.settings.api_keys_reload_s
         while True:
             await asyncio.sleep(interval)
-            self.pods.reload_if_changed()
-            if self._file is None or not self._file.check():
-                continue
             try:
-                keys = await asyncio.to_thread(self._load)
-            except KeyFileError as e:
+                await self._reload_changed()
+            except Exception:  # never let the watch die: the next change is retried
                 self.reloads.labels("error").inc()
-                log.error("API key file not reloaded, the previous keys stay in force: %s", e)
-                continue
-            self._install(keys)
+                log.exception("credential files not reloaded")
+
+    async def _reload_changed(self) -> None:
+        self.pods.reload_if_changed()
+        if self._file is None or not self._file.check():
+            return
+        try:
+            keys = await asyncio.to_thread(self._load)  # a big file parses off the loop
+        except KeyFileError as e:
+            self.reloads.labels("error").inc()
+            log.error("API key file not reloaded, the previous keys stay in force: %s", e)
+            return
+        self._install(keys)
 
     # --- per request --------------------------------------------------------------------
     def identify(self, headers: Mapping[str, str]) -> ApiKey | None:

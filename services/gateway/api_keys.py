@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import yaml
 
 from services.gateway.scheduling.config import PRIORITY_MAX, PRIORITY_MIN
@@ -217,8 +218,11 @@ def _entry(e: Any, where: str) -> ApiKey:
 def parse_key_file(text: str, source: str = "<keys>") -> list[ApiKey]:
     """The keys of a key file's text. Raises KeyFileError naming ``source`` and the entry."""
     try:
-        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as e:
+        if text.lstrip().startswith("{"):  # JSON: ~100x faster than YAML for a big file
+            doc = orjson.loads(text)
+        else:
+            doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, orjson.JSONDecodeError) as e:
         raise KeyFileError(f"{source}: not valid YAML/JSON: {e}") from None
     if doc is None:
         doc = {"version": FILE_VERSION, "keys": []}

@@ -101,6 +101,8 @@ def test_duplicates_and_bad_documents_are_refused():
         parse_key_file(dump_key_file([a, a]))
     with pytest.raises(KeyFileError, match="not valid YAML"):
         parse_key_file("keys: [")
+    with pytest.raises(KeyFileError, match="not valid YAML/JSON"):
+        parse_key_file('{"keys": [')
     with pytest.raises(KeyFileError, match="unsupported version"):
         parse_key_file("version: 2\nkeys: []\n")
     with pytest.raises(KeyFileError, match="expected a mapping"):
