@@ -20,6 +20,7 @@ from shared.embedded import free_port
 from shared.schemas import PodRecord, PodSnapshot
 from tests.integration.otlp_sink import running_sink
 from tests.integration.service_process import spawn
+from tests.unit.test_metrics_lint import lint_exposition
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 POOL = "p1"
@@ -178,8 +179,9 @@ async def test_two_gateways_share_a_rate_limit_and_leak_no_credential(isolated, 
                 print(f"--- {name} exited {rcs[name]}; last lines:\n{err.decode()[-1500:]}")
         assert rcs == dict.fromkeys(envs, 0)
 
-    # the limit lives in Redis, under the namespace
     assert any("rate_limited_total" in p and f'key="{limited.id}"' in p for p in metrics_pages)
+    for page in metrics_pages:  # the keyed gateway's metrics follow the conventions too
+        assert lint_exposition(page)[1] == []
     assert all(b"API keys loaded: 2" in logs[f"gateway-{i}"] for i in range(2))
     # request headers were captured on the spans, the credentials redacted
     captured = [
