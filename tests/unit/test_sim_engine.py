@@ -15,7 +15,7 @@ from services.simulator.engine import Engine, run_until_idle
 from services.simulator.profiles import PROFILES, Profile, get_profile
 
 H100 = PROFILES["h100-llama3-8b"]
-QUIET = H100.with_overrides(jitter=0.0)
+QUIET = H100.with_overrides(jitter=0.0, api_jitter=0.0)
 
 
 def toks(n: int, seed: int) -> list[int]:
