@@ -3,18 +3,21 @@
 A profile holds the scheduler limits and the step-time model of one accelerator serving one
 model. The step time of one engine iteration is
 
-    linear    = max(weight_read_floor_s, tokens_in_step * per_token_s)   # roofline of the GEMMs
+    gemm      = tokens_in_step * per_token_s
+    linear    = (weight_read_floor_s^k + gemm^k)^(1/k)     # roofline, k = roofline_sharpness
     attention = sum(context of scheduled sequences) * kv_bytes_per_token / attn_bandwidth
               + sum(new tokens x mean context of their chunk) * attn_compute_s
     overhead  = step_overhead_s + scheduled sequences * per_seq_s
-    step      = (linear + attention + overhead) * jitter
+    step      = (linear + attention + overhead) * jitter  (+ idle_wake_s after an idle spell)
 
-and every request pays ``api_overhead_s`` (HTTP, tokenisation, engine-core hand-off) before
-it can be scheduled. The prefill attention term is quadratic in the prompt, so prefill
-throughput falls with prompt length (H100: ~56k tok/s at 1k-token prompts, ~46k at 4k,
-~37k at 8k). ``services/simulator/calibrate.py`` measures the reference points; the H100
-profile lands within 8% of every one. ``engine`` picks the /metrics exposition: vLLM V1
-names or JetStream names.
+and every request pays ``api_overhead_s`` (HTTP, tokenisation, engine-core hand-off; noise
+``api_jitter``) before it can be scheduled. The prefill attention term is quadratic in the
+prompt, so prefill throughput falls with prompt length (H100: ~39k tok/s at 1k-token prompts,
+~36k at 4k, ~33k at 8k). The H100 profile is fitted to a measured vLLM 0.11 run
+(docs/benchmarks.md "Simulator vs measured vLLM"); ``services/simulator/calibrate.py``
+measures the reference points (all within 15%). ``engine`` picks the /metrics exposition:
+vLLM V1 names or JetStream names. The memory fields and ``vllm_*`` defaults let
+``vllm_args.py`` apply a deployment's vLLM flags.
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        # Calibrated with `headroom sim calibrate` against REFERENCE section 3 (all points
-        # within 8%; prefill measured on 8k-token prompts, the Mooncake median is 6.9k).
+        # Fitted to the measured vLLM 0.11 run in ../shared/measured (both configurations,
+        # every stage; docs/benchmarks.md "Simulator vs measured vLLM"), checked with
+        # `headroom sim calibrate` against REFERENCE section 3 (all points within 15%).
         Profile(
             name="h100-llama3-8b",
             max_num_seqs=128,

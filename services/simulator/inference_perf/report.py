@@ -27,7 +27,7 @@ streaming client stamps every server-sent event twice (64 token events plus the 
 ``time_per_output_token`` is about half the decode step (3.47 ms at 1 request/s while the
 steps take ~7.1 ms), ``inter_token_latency`` has its median near zero and its p75 at the
 step time, and ``normalized_time_per_output_token`` (E2E over the output tokens, 7.46 ms)
-is not affected. The measured files show it: (E2E - TTFT) / TPOT is 129.2-129.4 at every
+is not affected. The measured files show it: (E2E - TTFT) / TPOT is 129.15-129.4 at every
 unsaturated stage of both configurations (129 gaps plus ~1.2 ms the client spends after
 ``[DONE]``) and the mean TPOT equals the mean ITL to the last digit (same stamp count for
 every request). inference-perf PR #566 describes the same doubling (a BOS re-tokenised into
