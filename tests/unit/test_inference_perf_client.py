@@ -138,3 +138,28 @@ def test_prompts_the_pod_refuses_are_failures():
     [stage] = run_benchmark(cfg, SMALL, seed=0).stages
     assert all(r.error is not None and "exceeds" in r.error for r in stage.records)
     assert all(r.end == r.start for r in stage.records)
+
+
+def test_simulate_says_what_it_cannot_model():
+    from services.simulator.inference_perf.cli import simulate
+    from services.simulator.vllm_args import resolve
+
+    cfg = config({"stages": [{"rate": 2, "duration": 1}]})
+    flags = "--max-num-seqs=16 --max-model-len=512 --no-enable-chunked-prefill"
+    _, reports, meta = simulate(parse_config({**_raw(cfg), "server": {}}), resolve(H100, flags))
+    assert any("ignore_eos is false" in n for n in meta["notes"])
+    assert any("no effect in vLLM 0.11" in n for n in meta["notes"])
+    assert set(reports) == {"stage_0_lifecycle_metrics", "summary_lifecycle_metrics"}
+    assert meta["client_concurrency"] == cfg.load.concurrency
+
+
+def _raw(cfg) -> dict:
+    sp = cfg.shared_prefix
+    return {
+        "api": {"type": "completion", "streaming": cfg.streaming},
+        "data": {"type": "shared_prefix", "shared_prefix": {
+            "num_groups": sp.num_groups, "num_prompts_per_group": sp.num_prompts_per_group,
+            "system_prompt_len": sp.system_prompt_len, "question_len": sp.question_len,
+            "output_len": sp.output_len}},
+        "load": {"stages": [{"rate": s.rate, "duration": s.duration} for s in cfg.load.stages]},
+    }  # fmt: skip

@@ -79,10 +79,16 @@ def simulate(
         clock=CLOCKS[clock],
     )
     q, h = result.prefix_cache_queries, result.prefix_cache_hits
+    notes = list(resolved.notes)
+    if not config.ignore_eos:
+        notes.append(
+            "server.ignore_eos is false: the simulator has no end-of-sequence model, every "
+            "answer runs to its max_tokens (as with ignore_eos)"
+        )
     meta = {
         "engine": resolved.describe(),
         "vllm_version": resolved.vllm_version,
-        "notes": resolved.notes,
+        "notes": notes,
         "seed": seed,
         "rates_from": rates_from,
         "prompt_len_from": prompt_len_from,
@@ -183,8 +189,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = read_config(args.config)
         resolved = resolve_named(args.profile, args.vllm_args, args.vllm_version)
-        for note in resolved.notes:
-            print(f"note: {note}", file=sys.stderr)
         print(resolved.describe(), file=sys.stderr)
         _, reports, meta = simulate(
             config, resolved, seed=args.seed, rates_from=args.rates_from,
@@ -193,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"headroom sim inference-perf: {e}", file=sys.stderr)
         return 2
+    for note in meta["notes"]:
+        print(f"note: {note}", file=sys.stderr)
     paths = write_reports(args.out, reports, meta)
     print(format_table(stage_rows(reports)))
     if meta["probe"] is not None:
