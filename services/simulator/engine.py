@@ -249,6 +249,7 @@ class Engine:
         budget = p.max_num_batched_tokens
         scheduled: list[tuple[_Request, int]] = []
         preempted: list[str] = []
+        was_idle = not self._running  # nothing was running: a step now wakes the engine
 
         i = 0
         while i < len(self._running) and budget > 0:
@@ -292,7 +293,7 @@ class Engine:
             if self._waiting and not self._running:
                 wait = max(min(r.ready_at for r in self._waiting) - now, _MIN_IDLE_S)
             return StepOutcome(duration_s=wait, preempted=len(preempted), preempted_ids=preempted)
-        return self._execute(now, scheduled, preempted)
+        return self._execute(now, scheduled, preempted, was_idle)
 
     def _admit(
         self, r: _Request, budget: int, scheduled: list[tuple[_Request, int]]
@@ -353,7 +354,11 @@ class Engine:
         return math.exp(self._rng.gauss(0.0, s) - s * s / 2) if s > 0 else 1.0
 
     def _execute(
-        self, now: float, scheduled: list[tuple[_Request, int]], preempted: list[str]
+        self,
+        now: float,
+        scheduled: list[tuple[_Request, int]],
+        preempted: list[str],
+        was_idle: bool,
     ) -> StepOutcome:
         bs = self.profile.block_size
         caching = self.profile.enable_prefix_caching
@@ -362,9 +367,8 @@ class Engine:
         attn_pairs = sum(n * (r.num_computed + n / 2) for r, n in scheduled)
         duration = self._step_time(tokens, len(scheduled), context, attn_pairs)
         p = self.profile
-        if p.idle_wake_s > 0 and (
-            self._last_end is None or now - self._last_end > p.idle_wake_after_s
-        ):
+        idle = self._last_end is None or now - self._last_end > p.idle_wake_after_s
+        if p.idle_wake_s > 0 and was_idle and idle:
             duration += p.idle_wake_s
         end = now + duration
         self._last_end = end
