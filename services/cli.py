@@ -54,16 +54,30 @@ def _sim_calibrate(args: argparse.Namespace) -> int:
     return calibrate.run(args)
 
 
+def _sim_inference_perf(args: argparse.Namespace) -> int:
+    from services.simulator.inference_perf import cli as ip
+
+    return ip.run(args)
+
+
 def _add_sim(sub: argparse._SubParsersAction) -> None:
     from services.simulator import calibrate
+    from services.simulator.inference_perf import cli as ip
 
-    sim = sub.add_parser("sim", help="simulator tools (calibration)")
+    sim = sub.add_parser("sim", help="simulator tools (calibration, inference-perf runs)")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     cal = sim_sub.add_parser(
         "calibrate", help="measure a profile's calibration points in virtual time"
     )
     calibrate.add_arguments(cal)
     cal.set_defaults(func=_sim_calibrate)
+    perf = sim_sub.add_parser(
+        "inference-perf",
+        help="run an inference-perf config against one simulated pod (virtual time), "
+        "writing inference-perf's lifecycle reports",
+    )
+    ip.add_arguments(perf)
+    perf.set_defaults(func=_sim_inference_perf)
 
 
 def _autoscale(args: argparse.Namespace) -> int:
@@ -89,9 +103,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    """`headroom bench predictor|gateway|inference|prediction-bound ...` (each parses its own
-    options)."""
-    kinds = ("predictor", "gateway", "inference", "prediction-bound", "access")
+    """`headroom bench predictor|gateway|inference|prediction-bound|access|sim-vs-measured ...`
+    (each parses its own options)."""
+    kinds = ("predictor", "gateway", "inference", "prediction-bound", "access", "sim-vs-measured")
     if not argv or argv[0] not in kinds:
         print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
         return 2
@@ -103,6 +117,8 @@ def _bench(argv: list[str]) -> int:
         from bench.bench_inference import run
     elif argv[0] == "access":
         from bench.bench_access import run
+    elif argv[0] == "sim-vs-measured":
+        from bench.bench_sim_vs_measured import run
     else:
         from bench.bench_prediction_bound import run
     return run(argv[1:])
@@ -170,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         help="benchmarks: `bench predictor` (decisions/s, latency), `bench gateway` (what the "
         "gateway adds), `bench inference` (the predictor's inference paths), "
         "`bench prediction-bound` (how predictable latency is at all), `bench access` (what "
-        "API keys and rate limits cost per request)",
+        "API keys and rate limits cost per request), `bench sim-vs-measured` (the simulator "
+        "against a measured vLLM benchmark)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")

@@ -40,6 +40,11 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("mooncake", "azure"), help="override the suffix guess")
     p.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
     p.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    p.add_argument("--vllm-args", metavar="ARGS",
+                   help='the pods\' `vllm serve` flags, e.g. "--max-num-seqs=256 '
+                   '--no-enable-prefix-caching" (default: the profile\'s preset)')  # fmt: skip
+    p.add_argument("--vllm-version", metavar="V",
+                   help="vLLM version whose flag resolution to follow (default 0.11)")  # fmt: skip
     p.add_argument("--limit", type=int, help="at most this many trace requests")
     p.add_argument("--offset", type=int, default=0, help="skip this many trace requests")
     p.add_argument("--slo-ttft-ms", type=_positive, help="TTFT SLO (x-llm-d-slo-ttft-ms)")
@@ -89,6 +94,8 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         policy=policy,
         pods=args.pods,
         profile=args.profile,
+        vllm_args=args.vllm_args,
+        vllm_version=args.vllm_version,
         rate_scale=rate_scale,
         limit=args.limit,
         offset=args.offset,

@@ -20,14 +20,11 @@ from bench.lab.config import LabConfig
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import Saturation, estimate_saturation
 from services.gateway.scheduling.config import load_config
-from services.simulator.profiles import get_profile
 
 
 def saturation_for(base: LabConfig) -> Saturation:
     native = load_lab_trace(replace(base, rate_scale=1.0))
-    return estimate_saturation(
-        native.requests, get_profile(base.profile), base.pods, seed=base.seed
-    )
+    return estimate_saturation(native.requests, base.engine_profile(), base.pods, seed=base.seed)
 
 
 def run_compare(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.simulator.profiles import Profile
+from services.simulator.vllm_args import resolve_named
+
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_MAX_TRAIN_CYCLES = 60
 # Request ingress (HTTP, JSON, tokenizer) into the gateway and from the gateway into the pod,
@@ -27,6 +30,9 @@ class LabConfig:
     policy: str = "headroom"  # a profile name in the scheduling config
     pods: int = 8
     profile: str = "h100-llama3-8b"  # simulator hardware profile
+    # the pods' `vllm serve` flags (services/simulator/vllm_args.py); None: the profile's preset
+    vllm_args: str | None = None
+    vllm_version: str | None = None  # None: services.simulator.vllm_args.DEFAULT_VLLM_VERSION
     rate_scale: float = 1.0
     limit: int | None = None
     offset: int = 0
@@ -53,11 +59,16 @@ class LabConfig:
     trainer_overrides: dict[str, object] = field(default_factory=dict)  # TrainerSettings fields
     predictor_objective: str | None = None  # None: PredictorSettings().objective
 
+    def engine_profile(self) -> Profile:
+        """The pods' engine: the hardware profile with the vLLM flags applied."""
+        return resolve_named(self.profile, self.vllm_args, self.vllm_version).profile
+
     def __post_init__(self) -> None:
         if self.pods < 1:
             raise ValueError("pods must be >= 1")
         if not self.rate_scale > 0:
             raise ValueError("rate_scale must be > 0")
+        self.engine_profile()  # unknown profile or invalid vLLM flags fail here
         for name in ("ingress_ms", "ingress_us_per_token", "pod_ingress_ms",
                      "pod_ingress_us_per_token", "predict_latency_ms"):  # fmt: skip
             if getattr(self, name) < 0:

@@ -18,7 +18,7 @@ from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
 from services.gateway.settings import GatewaySettings
 from services.predictor.settings import PredictorSettings
-from services.simulator.profiles import get_profile
+from services.simulator.vllm_args import resolve_named
 from services.trainer.settings import TrainerSettings
 
 
@@ -67,7 +67,8 @@ def run_lab(
         raise ValueError(
             f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
         )
-    profile = get_profile(config.profile)
+    resolved = resolve_named(config.profile, config.vllm_args, config.vllm_version)
+    profile = resolved.profile
     gateway = GatewaySettings()
     sched = scheduling.scheduler(config.policy)
     learner = None
@@ -118,6 +119,8 @@ def run_lab(
         "trace_format": trace.format,
         "pods": config.pods,
         "profile": config.profile,
+        "vllm_args": config.vllm_args,
+        "engine": resolved.describe(),
         "rate_scale": config.rate_scale,
         "seed": config.seed,
         "limit": config.limit,

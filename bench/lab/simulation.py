@@ -2,8 +2,9 @@
 
 Every piece is the production code, driven by a virtual clock:
 - pods: ``services.simulator.engine.Engine`` (pod ``i`` seeded ``seed + i`` like the
-  simulator service), stepped like the pod server's driver: while an engine has work, a step
-  starts when the previous one ends; an idle engine starts stepping when a request arrives;
+  simulator service), stepped like the pod server's driver by
+  ``services.simulator.virtual_pod.VirtualPod``: while an engine has work, a step starts
+  when the previous one ends; an idle engine starts stepping when a request arrives;
 - the collector: every ``scrape_interval_s`` each pod's stats become a ``PodRecord``
   (``services.simulator.pod_record``) and one ``PodSnapshot`` is applied to the pod view;
 - the gateway: ``services.gateway.scheduling.routing`` (prepare -> predictions -> decide ->
@@ -40,9 +41,10 @@ from services.gateway.scheduling.pod_view import PodView
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.settings import GatewaySettings
-from services.simulator.engine import Engine, StepOutcome
+from services.simulator.engine import Engine
 from services.simulator.pod_record import pod_record
 from services.simulator.profiles import Profile
+from services.simulator.virtual_pod import VirtualPod
 from shared.schemas import PodSnapshot, TrainingSample
 
 INF = float("inf")
@@ -54,8 +56,11 @@ class SimPod:
     index: int
     name: str
     url: str
-    engine: Engine
-    busy: bool = False  # a step is in progress
+    driver: VirtualPod
+
+    @property
+    def engine(self) -> Engine:
+        return self.driver.engine
 
 
 @dataclass(slots=True)
@@ -109,7 +114,8 @@ class LabSimulation:
         self.requests = requests
         self.profile = profile
         self.pods = [
-            SimPod(i, f"pod-{i}", f"sim://pod-{i}", Engine(profile, seed + i)) for i in range(pods)
+            SimPod(i, f"pod-{i}", f"sim://pod-{i}", VirtualPod(Engine(profile, seed + i)))
+            for i in range(pods)
         ]
         self._pod_by_name = {p.name: p for p in self.pods}
         self.scheduling = scheduling
@@ -144,7 +150,7 @@ class LabSimulation:
             RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in requests
         ]
         self._open: dict[str, _Open] = {}
-        self._heap: list[tuple[float, int, int, StepOutcome]] = []
+        self._heap: list[tuple[float, int, int]] = []  # (step end, seq, pod index)
         self._seq = 0
         self.scrapes = 0
         # flow control, as the gateway runs it for a profile that enables it
@@ -181,9 +187,8 @@ class LabSimulation:
             tc = min(next_scrape, next_train, INF if ti is None else ti)
             td = pending[0][0] if pending else INF
             if th <= ta and th <= tc and th <= td:
-                t, _, pi, out = heapq.heappop(heap)
-                self._now = t
-                self._step_end(self.pods[pi], t, out)
+                _, _, pi = heapq.heappop(heap)
+                self._step_end(self.pods[pi])
             elif td <= ta and td <= tc:
                 t, _, handler, p = heapq.heappop(pending)
                 self._now = t
@@ -221,13 +226,13 @@ class LabSimulation:
         self.scrapes += 1
 
     # --- the pods -----------------------------------------------------------------------
-    def _start_step(self, pod: SimPod, now: float) -> None:
-        out = pod.engine.step(now)
+    def _schedule_step(self, pod: SimPod) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (now + out.duration_s, self._seq, pod.index, out))
-        pod.busy = True
+        heapq.heappush(self._heap, (pod.driver.step_end, self._seq, pod.index))
 
-    def _step_end(self, pod: SimPod, t: float, out: StepOutcome) -> None:
+    def _step_end(self, pod: SimPod) -> None:
+        t, out = pod.driver.finish()
+        self._now = t
         for ev in out.events:
             if ev.index and not ev.finished:
                 continue
@@ -244,10 +249,8 @@ class LabSimulation:
                 del self._open[ev.req_id]
                 if self.learner is not None:
                     self._sample(ev.req_id, op, t)
-        if pod.engine.has_work():
-            self._start_step(pod, t)
-        else:
-            pod.busy = False
+        if pod.driver.busy:
+            self._schedule_step(pod)
 
     def _sample(self, rid: str, op: _Open, now: float) -> None:
         rec = op.record
@@ -387,8 +390,8 @@ class LabSimulation:
         if learner is not None:
             rec.trained_samples = learner.samples
         self._open[p.rid] = _Open(rec, row)
-        if not pod.busy:
-            self._start_step(pod, now)
+        if pod.driver.kick(now):
+            self._schedule_step(pod)
 
     def _later(self, t: float, handler: Callable[[_Pending, float], None], p: _Pending) -> None:
         self._seq += 1

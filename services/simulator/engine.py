@@ -11,6 +11,17 @@ chunk of their prompt), then FCFS admission of waiting requests while ``max_num_
 the per-step token budget and free KV blocks allow. When a running request needs a block
 and none is free, the newest running request is preempted (its blocks freed, recomputed
 later); no new request is admitted in a step that preempted.
+
+Without chunked prefill (``Profile.enable_chunked_prefill`` False) a waiting request is
+admitted only when its whole prompt (less its prefix-cache hit) fits the step's remaining
+token budget; otherwise it is skipped for this step and the requests behind it are still
+considered, as vLLM V1's scheduler does (``vllm/v1/core/sched/scheduler.py``: "chunked
+prefill has to be enabled explicitly ... if num_new_tokens > token_budget: skip"). The
+decodes of the running requests share that step, so a long prompt lengthens it: every
+running request's next token waits for the whole prefill. Without prefix caching
+(``enable_prefix_caching`` False) nothing is looked up or registered, and the query and hit
+counters stay at zero, as vLLM's ``KVCacheManager.get_computed_blocks`` returns before it
+counts.
 """
 
 from __future__ import annotations
@@ -152,6 +163,7 @@ class Engine:
         self._queries = self._hits = self._prompt_tokens = self._gen_tokens = 0
         self._preemptions = self._success = self._aborted = self._steps = 0
         self._computed = self._discarded = 0
+        self._last_end: float | None = None  # end of the last step that ran the model
 
     # ---- requests -------------------------------------------------------------------
 
@@ -200,7 +212,7 @@ class Engine:
             max_tokens=max_tokens,
             extra_key=extra_key,
             arrival=now,
-            ready_at=now + self.profile.api_overhead_s * self._jitter(),
+            ready_at=now + self.profile.api_overhead_s * self._noise(self.profile.api_jitter),
             hashes=hashes,
         )
         self._reqs[req_id] = r
@@ -237,6 +249,7 @@ class Engine:
         budget = p.max_num_batched_tokens
         scheduled: list[tuple[_Request, int]] = []
         preempted: list[str] = []
+        was_idle = not self._running  # nothing was running: a step now wakes the engine
 
         i = 0
         while i < len(self._running) and budget > 0:
@@ -259,37 +272,55 @@ class Engine:
             break
 
         if not preempted:
-            while self._waiting and len(self._running) < p.max_num_seqs and budget > 0:
-                r = self._waiting[0]
-                if r.ready_at > now or not self._admit(r, budget, scheduled):
+            i = 0  # requests not yet past their API overhead, or skipped, stay where they are
+            while i < len(self._waiting) and len(self._running) < p.max_num_seqs and budget > 0:
+                r = self._waiting[i]
+                if r.ready_at > now:
+                    i += 1
+                    continue
+                admitted = self._admit(r, budget, scheduled)
+                if admitted is None:  # no KV blocks for it: nobody behind it either (FCFS)
                     break
-                self._waiting.popleft()
+                if not admitted:  # whole prompt > remaining budget (no chunked prefill)
+                    i += 1
+                    continue
+                del self._waiting[i]
                 self._running.append(r)
                 budget -= scheduled[-1][1]
 
         if not scheduled:
             wait = p.step_overhead_s
             if self._waiting and not self._running:
-                wait = max(self._waiting[0].ready_at - now, _MIN_IDLE_S)
+                wait = max(min(r.ready_at for r in self._waiting) - now, _MIN_IDLE_S)
             return StepOutcome(duration_s=wait, preempted=len(preempted), preempted_ids=preempted)
-        return self._execute(now, scheduled, preempted)
+        return self._execute(now, scheduled, preempted, was_idle)
 
-    def _admit(self, r: _Request, budget: int, scheduled: list[tuple[_Request, int]]) -> bool:
-        bs = self.profile.block_size
+    def _admit(
+        self, r: _Request, budget: int, scheduled: list[tuple[_Request, int]]
+    ) -> bool | None:
+        """Schedule ``r``'s first chunk: True if admitted, False if it has to wait for a
+        step with more budget (no chunked prefill), None if its blocks do not fit."""
+        p = self.profile
+        bs = p.block_size
         total = r.total_tokens
-        # the last token is always computed, so at most (total - 1) tokens can hit
-        hits = self.pool.lookup(r.hashes_upto((total - 1) // bs, bs))
+        hits: list[int] = []
+        if p.enable_prefix_caching:
+            # the last token is always computed, so at most (total - 1) tokens can hit
+            hits = self.pool.lookup(r.hashes_upto((total - 1) // bs, bs))
         hit_tokens = len(hits) * bs
+        if not p.enable_chunked_prefill and total - hit_tokens > budget:
+            return False
         n = min(total - hit_tokens, budget)
         need = math.ceil((hit_tokens + n) / bs) - len(hits)
         if not self.pool.can_allocate(need, hits):
-            return False
+            return None
         self.pool.touch(hits)
         r.blocks = hits + self.pool.allocate(need)
         r.num_computed = hit_tokens
         r.num_cached_blocks = len(hits)
-        self._queries += total
-        self._hits += hit_tokens
+        if p.enable_prefix_caching:
+            self._queries += total
+            self._hits += hit_tokens
         scheduled.append((r, n))
         return True
 
@@ -304,7 +335,11 @@ class Engine:
 
     def _step_time(self, tokens: int, seqs: int, context: int, attn_pairs: float) -> float:
         p = self.profile
-        linear = max(p.weight_read_floor_s, tokens * p.per_token_s)
+        floor, gemm = p.weight_read_floor_s, tokens * p.per_token_s
+        k = p.roofline_sharpness
+        # memory-bound (the weights read once) vs compute-bound GEMMs: a smooth maximum,
+        # the plain max as k grows (layers cross over at different batch sizes)
+        linear = max(floor, gemm) if math.isinf(k) else (floor**k + gemm**k) ** (1.0 / k)
         attention = (
             context * p.kv_bytes_per_token / p.attn_bandwidth_bps + attn_pairs * p.attn_compute_s
         )
@@ -312,18 +347,31 @@ class Engine:
         return (linear + attention + overhead) * self._jitter()
 
     def _jitter(self) -> float:
-        s = self.profile.jitter
+        return self._noise(self.profile.jitter)
+
+    def _noise(self, s: float) -> float:
+        """A log-normal factor with mean 1 and log-sigma ``s``."""
         return math.exp(self._rng.gauss(0.0, s) - s * s / 2) if s > 0 else 1.0
 
     def _execute(
-        self, now: float, scheduled: list[tuple[_Request, int]], preempted: list[str]
+        self,
+        now: float,
+        scheduled: list[tuple[_Request, int]],
+        preempted: list[str],
+        was_idle: bool,
     ) -> StepOutcome:
         bs = self.profile.block_size
+        caching = self.profile.enable_prefix_caching
         tokens = sum(n for _, n in scheduled)
         context = sum(r.num_computed + n for r, n in scheduled)
         attn_pairs = sum(n * (r.num_computed + n / 2) for r, n in scheduled)
         duration = self._step_time(tokens, len(scheduled), context, attn_pairs)
+        p = self.profile
+        idle = self._last_end is None or now - self._last_end > p.idle_wake_after_s
+        if p.idle_wake_s > 0 and was_idle and idle:
+            duration += p.idle_wake_s
         end = now + duration
+        self._last_end = end
         events: list[TokenEvent] = []
         ttft: list[float] = []
         itl: list[float] = []
@@ -339,7 +387,7 @@ class Engine:
             r.num_computed += n
             self._computed += n
             full = r.num_computed // bs
-            if full > r.num_cached_blocks:
+            if caching and full > r.num_cached_blocks:
                 hashes = r.hashes_upto(full, bs)
                 for k in range(r.num_cached_blocks, full):
                     self.pool.cache(r.blocks[k], hashes[k])

@@ -22,6 +22,8 @@ def _parse_args(argv: list[str] | None) -> dict[str, object]:
     ap.add_argument("--ports", help="comma-separated ports, one pod each (HEADROOM_SIM_PORTS)")
     ap.add_argument("--names", help="comma-separated pod names (HEADROOM_SIM_NAMES)")
     ap.add_argument("--profile", help="engine profile (HEADROOM_SIM_PROFILE)")
+    ap.add_argument("--vllm-args", help="`vllm serve` engine flags (HEADROOM_SIM_VLLM_ARGS)")
+    ap.add_argument("--vllm-version", help="vLLM version (HEADROOM_SIM_VLLM_VERSION)")
     ap.add_argument("--model", help="served model name (HEADROOM_SIM_MODEL)")
     ap.add_argument("--seed", type=int, help="base random seed (HEADROOM_SIM_SEED)")
     ap.add_argument("--api-key", help="require this bearer key on /v1/* (like vLLM; "
@@ -40,12 +42,17 @@ class SimulatorProcess:
 
     async def start(self) -> None:
         s = self.settings
+        resolved = s.resolved()
+        for note in resolved.notes:
+            log.warning("vLLM args: %s", note)
+        if s.vllm_args:
+            log.info("engine: %s", resolved.describe())
         for i, (name, port) in enumerate(zip(s.name_list(), s.port_list(), strict=True)):
             pod = await start_pod(
                 name,
                 s.host,
                 port,
-                profile=s.profile,
+                profile=resolved.profile,
                 model=s.model,
                 seed=s.seed + i,
                 telemetry=self.tel,

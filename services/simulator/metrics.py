@@ -213,7 +213,9 @@ class PodMetrics:
             "Information of the cache config.",
             labels=("engine", "block_size", "num_gpu_blocks", "enable_prefix_caching"),
         )
-        info.add_metric(["0", str(p.block_size), str(p.num_gpu_blocks), "True"], 1.0)
+        info.add_metric(
+            ["0", str(p.block_size), str(p.num_gpu_blocks), str(p.enable_prefix_caching)], 1.0
+        )
         yield info
         lora = GaugeMetricFamily(
             "vllm:lora_requests_info",

@@ -3,25 +3,30 @@
 A profile holds the scheduler limits and the step-time model of one accelerator serving one
 model. The step time of one engine iteration is
 
-    linear    = max(weight_read_floor_s, tokens_in_step * per_token_s)   # roofline of the GEMMs
+    gemm      = tokens_in_step * per_token_s
+    linear    = (weight_read_floor_s^k + gemm^k)^(1/k)     # roofline, k = roofline_sharpness
     attention = sum(context of scheduled sequences) * kv_bytes_per_token / attn_bandwidth
               + sum(new tokens x mean context of their chunk) * attn_compute_s
     overhead  = step_overhead_s + scheduled sequences * per_seq_s
-    step      = (linear + attention + overhead) * jitter
+    step      = (linear + attention + overhead) * jitter  (+ idle_wake_s after an idle spell)
 
-and every request pays ``api_overhead_s`` (HTTP, tokenisation, engine-core hand-off) before
-it can be scheduled. The prefill attention term is quadratic in the prompt, so prefill
-throughput falls with prompt length (H100: ~56k tok/s at 1k-token prompts, ~46k at 4k,
-~37k at 8k). ``services/simulator/calibrate.py`` measures the reference points; the H100
-profile lands within 8% of every one. ``engine`` picks the /metrics exposition: vLLM V1
-names or JetStream names.
+and every request pays ``api_overhead_s`` (HTTP, tokenisation, engine-core hand-off; noise
+``api_jitter``) before it can be scheduled. The prefill attention term is quadratic in the
+prompt, so prefill throughput falls with prompt length (H100: ~39k tok/s at 1k-token prompts,
+~36k at 4k, ~33k at 8k). The H100 profile is fitted to a measured vLLM 0.11 run
+(docs/benchmarks.md "Simulator vs measured vLLM"); ``services/simulator/calibrate.py``
+measures the reference points (all within 15%). ``engine`` picks the /metrics exposition:
+vLLM V1 names or JetStream names. The memory fields and ``vllm_*`` defaults let
+``vllm_args.py`` apply a deployment's vLLM flags.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 KIB = 1024
+GIB = 1024**3
 ENGINES = ("vllm", "jetstream")
 
 
@@ -29,20 +34,40 @@ ENGINES = ("vllm", "jetstream")
 class Profile:
     name: str
     max_num_seqs: int
-    max_num_batched_tokens: int  # token budget per step (chunked prefill)
+    max_num_batched_tokens: int  # token budget per step
     num_gpu_blocks: int
     block_size: int = 16
     max_model_len: int = 131072
+    # vLLM's --enable-chunked-prefill: off, a prompt is scheduled whole or not at all (V1:
+    # it waits while it does not fit the step's remaining budget); --enable-prefix-caching
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
     weight_read_floor_s: float = 0.0065  # reading the weights once per step
     per_token_s: float = 0.000016  # GEMM compute per token once above the floor
+    roofline_sharpness: float = math.inf  # k of the smooth max (floor^k + gemm^k)^(1/k)
     kv_bytes_per_token: int = 128 * KIB  # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 x fp16
     attn_bandwidth_bps: float = 2.2e12  # effective HBM bandwidth for attention reads
     attn_compute_s: float = 2.6e-9  # prefill attention seconds per (query x context token)
     step_overhead_s: float = 0.0006  # fixed scheduling/launch cost per step
     per_seq_s: float = 0.000006  # per scheduled sequence and step (sampling, detokenisation)
     api_overhead_s: float = 0.0225  # per request, before the first schedulable step
+    api_jitter: float = 0.03  # sigma of the log-normal noise on api_overhead_s
+    # the first step after the engine had nothing to do for idle_wake_after_s costs this much
+    # more (measured vLLM answers a lone request slower than one arriving at a busy engine)
+    idle_wake_s: float = 0.0
+    idle_wake_after_s: float = 0.002
     jitter: float = 0.03  # sigma of the multiplicative log-normal step-time noise
     engine: str = "vllm"  # which server the pod imitates on /metrics: "vllm" | "jetstream"
+    # The card and the model, for vLLM's flags (services/simulator/vllm_args.py): the KV
+    # cache gets gpu_memory_utilization x gpu_memory_bytes - weights_bytes - non_kv_bytes
+    # (activations of the profiling run, CUDA graphs, non-torch memory); 0 = no memory model
+    gpu_memory_bytes: int = 0
+    weights_bytes: int = 0
+    non_kv_bytes: int = 0
+    model_max_len: int = 131072  # the model's context (vLLM's --max-model-len default)
+    # vLLM's defaults on this card for the OpenAI server (EngineArgs._set_default_args)
+    vllm_max_num_batched_tokens: int = 2048
+    vllm_max_num_seqs: int = 256
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -52,6 +77,14 @@ class Profile:
     def kv_capacity_tokens(self) -> int:
         return self.num_gpu_blocks * self.block_size
 
+    def gpu_blocks_for(self, gpu_memory_utilization: float, block_size: int) -> int:
+        """KV blocks of ``block_size`` tokens that ``gpu_memory_utilization`` of the card
+        leaves after the weights and the non-KV memory (vLLM's profiling run)."""
+        if self.gpu_memory_bytes <= 0:
+            raise ValueError(f"profile {self.name!r} has no GPU memory model")
+        kv = gpu_memory_utilization * self.gpu_memory_bytes - self.weights_bytes - self.non_kv_bytes
+        return max(0, math.floor(kv / (block_size * self.kv_bytes_per_token)))
+
     def with_overrides(self, **changes) -> Profile:
         return replace(self, **changes)
 
@@ -59,20 +92,33 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        # Calibrated with `headroom sim calibrate` against REFERENCE section 3 (all points
-        # within 8%; prefill measured on 8k-token prompts, the Mooncake median is 6.9k).
+        # Fitted to the measured vLLM 0.11 run in ../shared/measured (both configurations,
+        # every stage; docs/benchmarks.md "Simulator vs measured vLLM"), checked with
+        # `headroom sim calibrate` against REFERENCE section 3 (all points within 15%).
         Profile(
             name="h100-llama3-8b",
             max_num_seqs=128,
             max_num_batched_tokens=8192,
             num_gpu_blocks=26_250,  # 420k tokens
             weight_read_floor_s=0.0065,
-            per_token_s=0.000016,
+            per_token_s=0.0000249,
+            roofline_sharpness=2.0,
             attn_bandwidth_bps=2.2e12,
-            attn_compute_s=2.6e-9,
+            attn_compute_s=1.3e-9,
             step_overhead_s=0.0006,
-            per_seq_s=0.000006,
-            api_overhead_s=0.0225,
+            per_seq_s=0.0000123,
+            api_overhead_s=0.0153,
+            api_jitter=0.22,
+            idle_wake_s=0.007,
+            # one H100 80GB (79.2 GiB visible), Llama-3.1-8B in bf16 (8.03e9 parameters);
+            # non-KV memory chosen so vLLM's default utilisation 0.9 gives REFERENCE's
+            # ~420k KV tokens (26,250 blocks of 16)
+            gpu_memory_bytes=85_040_352_460,
+            weights_bytes=16_060_522_496,
+            non_kv_bytes=5_425_000_000,
+            # vLLM 0.11 on a >= 70 GiB card that is not an A100, OpenAI server
+            vllm_max_num_batched_tokens=8192,
+            vllm_max_num_seqs=1024,
         ),
         Profile(
             name="a100-llama3-8b",

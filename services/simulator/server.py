@@ -28,7 +28,7 @@ from services.simulator import openai_api as oa
 from services.simulator.engine import Engine, StepOutcome, TokenEvent
 from services.simulator.faults import Fault, FaultState
 from services.simulator.metrics import PodMetrics
-from services.simulator.profiles import get_profile
+from services.simulator.profiles import Profile, get_profile
 from services.simulator.settings import DEFAULT_MODEL
 from shared import trace_context
 from shared.openai_prompt import Prompt, prompt_tokens
@@ -48,7 +48,7 @@ class SimPod:
     def __init__(
         self,
         name: str,
-        profile: str,
+        profile: str | Profile,
         model: str,
         seed: int,
         telemetry: Telemetry | None = None,
@@ -60,7 +60,7 @@ class SimPod:
         self.tel = telemetry or Telemetry.disabled("simulator")
         self.model = model
         self.seed = seed
-        self.engine = Engine(get_profile(profile), seed)
+        self.engine = Engine(get_profile(profile) if isinstance(profile, str) else profile, seed)
         self.metrics = PodMetrics(self.engine, model, pod_id=name)
         self.faults = FaultState()
         self.url = ""
@@ -485,7 +485,7 @@ async def start_pod(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
-    profile: str = "h100-llama3-8b",
+    profile: str | Profile = "h100-llama3-8b",
     model: str = DEFAULT_MODEL,
     seed: int = 0,
     telemetry: Telemetry | None = None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.simulator.profiles import PROFILES
+from services.simulator.profiles import PROFILES, Profile
+from services.simulator.vllm_args import DEFAULT_VLLM_VERSION, Resolved, resolve_named
 from shared.settings import CommonSettings
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -20,6 +21,15 @@ class SimulatorSettings(CommonSettings):
     ports: str = Field("8001", description="Comma-separated ports, one simulated pod each")
     names: str = Field("", description="Comma-separated pod names (default pod-<i>)")
     profile: str = Field("h100-llama3-8b", description="Engine profile (see profiles.py)")
+    vllm_args: str = Field(
+        "",
+        description="The pods' `vllm serve` engine flags, applied to the profile as vLLM "
+        "resolves them (e.g. `--max-num-seqs=128 --no-enable-prefix-caching`; empty: the "
+        "profile's preset)",
+    )
+    vllm_version: str = Field(
+        DEFAULT_VLLM_VERSION, description="vLLM version whose flag resolution to follow"
+    )
     model: str = Field(DEFAULT_MODEL, description="Model name the pods serve")
     seed: int = Field(0, description="Base random seed; pod i uses seed + i")
     api_key: SecretStr = Field(
@@ -50,10 +60,17 @@ class SimulatorSettings(CommonSettings):
     @model_validator(mode="after")
     def _names_match_ports(self) -> SimulatorSettings:
         self.name_list()
+        self.resolved()  # invalid vLLM flags fail at startup
         return self
 
     def api_keys(self) -> list[str]:
         return [k.strip() for k in self.api_key.get_secret_value().split(",") if k.strip()]
+
+    def resolved(self) -> Resolved:
+        return resolve_named(self.profile, self.vllm_args or None, self.vllm_version)
+
+    def engine_profile(self) -> Profile:
+        return self.resolved().profile
 
     def port_list(self) -> list[int]:
         return [int(p) for p in self.ports.split(",")]

@@ -532,3 +532,27 @@ async def test_http_requests_are_counted_as_vllm_does(pod, http):
     reqs = {dict(k)["status"]: v for k, v in m["http_requests_total"].items()
             if dict(k)["handler"] == "/v1/completions"}  # fmt: skip
     assert reqs == {"2xx": 1, "4xx": 1}
+
+
+async def test_service_pods_run_the_deployments_vllm_flags(http):
+    from services.simulator.main import SimulatorProcess
+    from services.simulator.settings import SimulatorSettings
+
+    flags = "--gpu-memory-utilization=0.5 --block-size=32 --no-enable-prefix-caching"
+    settings = SimulatorSettings(ports="0", vllm_args=flags)
+    proc = SimulatorProcess(settings)
+    await proc.start()
+    try:
+        [pod] = proc.pods
+        expected = settings.engine_profile()
+        assert pod.engine.profile == expected and expected.block_size == 32
+        async with http.get(f"{pod.url}/metrics") as r:
+            text = await r.text()
+        [family] = [f for f in text_string_to_metric_families(text)
+                    if f.name == "vllm:cache_config_info"]  # fmt: skip
+        labels = family.samples[0].labels
+        assert labels["block_size"] == "32"
+        assert labels["num_gpu_blocks"] == str(expected.num_gpu_blocks)
+        assert labels["enable_prefix_caching"] == "False"
+    finally:
+        await proc.stop()

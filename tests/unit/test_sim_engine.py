@@ -15,7 +15,7 @@ from services.simulator.engine import Engine, run_until_idle
 from services.simulator.profiles import PROFILES, Profile, get_profile
 
 H100 = PROFILES["h100-llama3-8b"]
-QUIET = H100.with_overrides(jitter=0.0)
+QUIET = H100.with_overrides(jitter=0.0, api_jitter=0.0)
 
 
 def toks(n: int, seed: int) -> list[int]:
@@ -365,3 +365,20 @@ def test_load_reports_prefill_left_context_and_decodes():
         now += e.step(now).duration_s
     ld = e.load()
     assert ld.prefill_tokens == 0 and ld.decode_tokens <= 5 + 3 - 2
+
+
+def test_a_step_after_an_idle_spell_pays_the_wake_up_and_a_late_busy_step_does_not():
+    p = QUIET.with_overrides(idle_wake_s=0.007)
+    e, ref = Engine(p, seed=0), Engine(p.with_overrides(idle_wake_s=0.0), seed=0)
+    for eng in (e, ref):
+        eng.submit("a", toks(100, 1), 4, 0.0)
+    gaps = []
+    for eng in (e, ref):
+        now = eng.step(0.0).duration_s  # the API overhead
+        first = eng.step(now)
+        now += first.duration_s + 0.5  # the driver comes back late: the engine was busy
+        second = eng.step(now)
+        gaps.append((first.duration_s, second.duration_s))
+    (woke, late), (plain, late_ref) = gaps
+    assert woke == pytest.approx(plain + 0.007)  # nothing was running before it
+    assert late == pytest.approx(late_ref)  # a request was running: no wake-up

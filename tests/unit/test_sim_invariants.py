@@ -156,6 +156,7 @@ def test_preemption_happens_and_recomputes_the_victim():
             "max_num_batched_tokens": 8192,
             "block_size": 16,
             "jitter": 0.0,
+            "api_jitter": 0.0,  # both reach the engine in submission order
         },
         [(64, 40, 0, 0.0, -1), (64, 40, 0, 0.0, -1)],
         seed=0,
