@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from services.collector.service import CollectorService
 from services.collector.settings import CollectorSettings
+from shared.pod_credentials import PodCredentialError
 from shared.runner import run_service
 from shared.telemetry import setup_telemetry
+
+log = logging.getLogger("headroom.collector")
 
 
 def _parse_args(argv: list[str] | None) -> dict:
@@ -31,14 +35,18 @@ def _parse_args(argv: list[str] | None) -> dict:
 def main(argv: list[str] | None = None) -> None:
     overrides = _parse_args(argv)
     settings = CollectorSettings(**overrides)
-    run_service(
-        "collector",
-        settings.log_level,
-        lambda tel: CollectorService(settings, telemetry=tel),
-        telemetry=lambda: setup_telemetry(
-            "collector", pool=settings.pool, namespace=settings.namespace
-        ),
-    )
+    try:
+        run_service(
+            "collector",
+            settings.log_level,
+            lambda tel: CollectorService(settings, telemetry=tel),
+            telemetry=lambda: setup_telemetry(
+                "collector", pool=settings.pool, namespace=settings.namespace
+            ),
+        )
+    except PodCredentialError as e:  # the message names the file, never the key
+        log.error("invalid pod credentials: %s", e)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import orjson
 
 from services.collector.discovery import PodTarget
 from services.collector.parsers import ParseResult, get_parser
+from shared.pod_credentials import PodCredentials
 from shared.schemas import PodRecord
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ class Scraper:
         max_body_bytes: int = 8 << 20,
         model_info_path: str = "/v1/models",
         model_info_refresh_s: float = 60.0,
+        credentials: PodCredentials | None = None,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -145,6 +147,7 @@ class Scraper:
         self._timer = timer
         self._info_path = model_info_path
         self._info_refresh_s = model_info_refresh_s
+        self._credentials = credentials  # Authorization for the model list (pods' API key)
         # pod name -> (url, max_model_len, when to fetch again (timer))
         self._info: dict[str, tuple[str, int | None, float]] = {}
 
@@ -161,9 +164,15 @@ class Scraper:
         if cached is not None and cached[0] == target.url and now < cached[2]:
             return cached[1]
         known = cached[1] if cached is not None and cached[0] == target.url else None
+        headers = None
+        if self._credentials is not None:
+            self._credentials.reload_if_changed()
+            auth = self._credentials.authorization({})
+            headers = {"Authorization": auth} if auth else None
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self._session.get(target.url + self._info_path) as resp:
+                url = target.url + self._info_path
+                async with self._session.get(url, headers=headers) as resp:
                     if resp.status != 200:
                         raise ValueError(f"HTTP {resp.status}")
                     body = await resp.content.read(_MODEL_INFO_MAX_BYTES + 1)

@@ -280,6 +280,9 @@ class CollectorService:
         self.names = Names(settings.namespace)
         self.subject = self.names.pod_snapshots(settings.pool)
         self.discovery = discovery or make_discovery(settings)
+        # the pods' API key for their model list; a bad key file stops start-up here
+        self._pod_credentials = settings.pod_credentials()
+        self._pod_credentials.load()
         self.metrics = CollectorMetrics()
         self.collector: Collector | None = None
         self._nc: NATS | None = None
@@ -326,6 +329,7 @@ class CollectorService:
             max_body_bytes=s.max_body_bytes,
             model_info_path=s.model_info_path,
             model_info_refresh_s=s.model_info_refresh_s,
+            credentials=self._pod_credentials,
         )
         self.collector = Collector(
             self.discovery,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.collector.discovery import PodTarget, parse_pod_list
 from services.collector.parsers import PARSERS
+from shared.pod_credentials import PodCredentials
 from shared.settings import CommonSettings
 
 
@@ -34,6 +35,21 @@ class CollectorSettings(CommonSettings):
     model_info_refresh_s: float = Field(
         60.0, gt=0, description="How often each pod's model list is read again"
     )
+    pod_api_key_file: str = Field(
+        "",
+        description="File holding the pods' API key, sent on the model-list request (pods "
+        "started with --api-key protect /v1/models; re-read on change)",
+    )
+    pod_api_key: SecretStr = Field(
+        SecretStr(""), description="The pods' API key itself (never logged); or use the file"
+    )
+
+    def pod_credentials(self) -> PodCredentials:
+        """What the model-list request presents: the pod key if one is configured."""
+        key = self.pod_api_key.get_secret_value()
+        mode = "inject" if key or self.pod_api_key_file else "none"
+        return PodCredentials(mode, key, self.pod_api_key_file, "HEADROOM_COLLECTOR_")
+
     admin_host: str = Field("127.0.0.1", description="Admin server (/health, /metrics) host")
     admin_port: int = Field(9101, ge=0, le=65535, description="Admin server port")
     engine: str = Field(

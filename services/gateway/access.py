@@ -38,10 +38,10 @@ from services.gateway.auth import (
 from services.gateway.errors import GatewayError
 from services.gateway.explain import wants_debug
 from services.gateway.openai_request import ParsedRequest
-from services.gateway.pod_auth import PodCredentials
 from services.gateway.ratelimit import RedisLimiter, charges
 from services.gateway.request_headers import RequestObjectives, parse_objective_headers
 from services.gateway.settings import GatewaySettings
+from shared.pod_credentials import PodCredentials
 from shared.subjects import Names
 from shared.watched_file import WatchedFile
 

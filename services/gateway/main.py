@@ -9,10 +9,10 @@ import logging
 from pydantic import ValidationError
 
 from services.gateway.api_keys import KeyFileError
-from services.gateway.pod_auth import PodCredentialError
 from services.gateway.scheduling.params import ConfigError
 from services.gateway.server import RunningGateway, start_gateway
 from services.gateway.settings import GatewaySettings
+from shared.pod_credentials import PodCredentialError
 from shared.runner import run_service
 from shared.telemetry import Telemetry, setup_telemetry
 

@@ -117,7 +117,7 @@ async def _dispatch(
         "accept": "text/event-stream",
         "x-request-id": request_id,
     }
-    if caller.pod_authorization is not None:  # services/gateway/pod_auth.py
+    if caller.pod_authorization is not None:  # shared/pod_credentials.py
         headers["authorization"] = caller.pod_authorization
     debug = caller.debug
     assert gw.pod_client is not None, "gateway not started"

@@ -199,3 +199,41 @@ def test_max_model_len_of_a_model_list(models, expected):
     from services.collector.scraper import max_model_len
 
     assert max_model_len(models) == expected
+
+
+async def test_context_length_from_a_pod_that_wants_an_api_key(session, tmp_path):
+    """A pod started with an API key (vLLM --api-key, here the simulator's) protects
+    /v1/models but not /metrics: the collector presents the configured pod key there, and
+    without it still scrapes the pod, only without its context length."""
+    from services.collector.settings import CollectorSettings
+    from services.simulator.server import start_pod
+
+    sim = await start_pod("keyed", api_keys=["pod-key-1"])
+    try:
+        target = PodTarget("keyed", sim.url)
+        bare = Scraper(session, timeout_s=5.0)
+        out = await bare.scrape(target)
+        assert out.reason is None and out.record.ready and out.record.max_model_len is None
+        key_file = tmp_path / "pod-key"
+        key_file.write_text("pod-key-1\n")
+        creds = CollectorSettings(pod_api_key_file=str(key_file)).pod_credentials()
+        creds.load()
+        keyed = Scraper(session, timeout_s=5.0, credentials=creds)
+        out = await keyed.scrape(target)
+        assert out.reason is None and out.record.max_model_len == sim.engine.max_request_tokens
+    finally:
+        await sim.stop()
+
+
+def test_collector_pod_credentials_from_settings():
+    from pydantic import SecretStr
+
+    from services.collector.settings import CollectorSettings
+    from shared.pod_credentials import PodCredentialError
+
+    assert CollectorSettings().pod_credentials().authorization({}) is None
+    creds = CollectorSettings(pod_api_key=SecretStr("k-1")).pod_credentials()
+    assert creds.authorization({"authorization": "Bearer client"}) == "Bearer k-1"
+    assert "k-1" not in repr(CollectorSettings(pod_api_key=SecretStr("k-1")))
+    with pytest.raises(PodCredentialError, match="HEADROOM_COLLECTOR_POD_API_KEY"):
+        CollectorSettings(pod_api_key=SecretStr("k-1"), pod_api_key_file="/x").pod_credentials()

@@ -1,4 +1,4 @@
-"""services/gateway/pod_auth.py: forward | inject | none, the pod key file's rotation, and
+"""shared/pod_credentials.py: forward | inject | none, the pod key file's rotation, and
 that the pod key appears in no error or log line."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.pod_auth import PodCredentialError, PodCredentials
 from services.gateway.settings import GatewaySettings
+from shared.pod_credentials import PodCredentialError, PodCredentials
 
 CLIENT = {"authorization": "Bearer client-key"}
 

@@ -1,4 +1,6 @@
-"""The credential the gateway presents to its pool's pods (setting ``pod_auth``).
+"""The credential a service presents to its pool's pods: the gateway on every proxied request
+(setting ``pod_auth``), the collector on the pods' model list (``/v1/models``, which vLLM
+started with ``--api-key`` protects; ``/metrics`` stays open).
 
 - ``forward``: the client's ``Authorization`` header goes to the pod unchanged (pods that
   check their own keys, e.g. vLLM ``--api-key``, see what the client sent). Not allowed
@@ -36,18 +38,26 @@ class PodCredentials:
     """``authorization(client_headers)``: the ``Authorization`` value for a pod request
     (None: send none)."""
 
-    def __init__(self, mode: PodAuthMode, key: str = "", key_file: str = "") -> None:
+    def __init__(
+        self,
+        mode: PodAuthMode,
+        key: str = "",
+        key_file: str = "",
+        settings_prefix: str = "HEADROOM_GATEWAY_",
+    ) -> None:
+        """``settings_prefix`` names the service's settings in error messages."""
         self.mode = mode
+        env = settings_prefix
         self._file = WatchedFile(key_file) if key_file else None
         self._value: str | None = None
         if mode == "inject":
             if bool(key) == bool(key_file):
                 raise PodCredentialError(
                     "pod_auth=inject needs exactly one of pod_api_key_file and pod_api_key "
-                    "(HEADROOM_GATEWAY_POD_API_KEY_FILE / HEADROOM_GATEWAY_POD_API_KEY)"
+                    f"({env}POD_API_KEY_FILE / {env}POD_API_KEY)"
                 )
             if key:
-                self._value = self._bearer(key, "HEADROOM_GATEWAY_POD_API_KEY")
+                self._value = self._bearer(key, f"{env}POD_API_KEY")
         elif key or key_file:
             raise PodCredentialError(
                 f"a pod API key is configured but pod_auth is {mode!r}: set pod_auth=inject "
