@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.gateway import tracing
+from services.gateway.breaker import BreakerConfig
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
@@ -131,6 +132,11 @@ class Gateway:
             s.predict_timeout_ms / 1000,
             registry=self.metrics.registry,
             telemetry=self.tel,
+            breaker=BreakerConfig(
+                s.predict_breaker_failures,
+                s.predict_breaker_open_s,
+                max(s.predict_breaker_max_open_s, s.predict_breaker_open_s),
+            ),
         )
         self.samples = SamplePublisher(
             self.nc,

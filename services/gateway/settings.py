@@ -21,6 +21,18 @@ class GatewaySettings(CommonSettings):
         description="Deadline of one prediction request to the predictors (the profile's "
         "producer budgetMs caps it further)",
     )
+    predict_breaker_failures: int = Field(
+        3,
+        ge=0,
+        description="Consecutive failed prediction calls (timeouts, errors) after which calls "
+        "are skipped while the predictors are down, with a background probe (0: never skip)",
+    )
+    predict_breaker_open_s: float = Field(
+        0.5, gt=0, description="Skip prediction calls this long before the first probe"
+    )
+    predict_breaker_max_open_s: float = Field(
+        4.0, gt=0, description="Longest wait between probes while the predictors stay down"
+    )
     stale_after_s: float = Field(
         2.0, gt=0, description="A pod record older than this uses the gateway's own counts"
     )
