@@ -27,6 +27,8 @@ def _up(args: argparse.Namespace) -> int:
         predictors=args.predictors,
         profile=args.profile,
         fixed_admin_ports=True,
+        restart=not args.no_restart,
+        gateways=args.gateways,
     )
     return run_foreground(config)
 
@@ -134,6 +136,13 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--pods", type=int, default=4, help="simulated pods")
     up.add_argument("--predictors", type=int, default=2, help="predictor replicas")
     up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    up.add_argument(
+        "--gateways", type=int, default=1, help="gateway replicas (the first on --port)"
+    )
+    up.add_argument(
+        "--no-restart", action="store_true",
+        help="do not restart a service that exits: the first exit stops the stack",
+    )  # fmt: skip
     up.set_defaults(func=_up)
     sub.add_parser("model", help="model versions: list|show|history|rollback|export|import|flush")
     health = sub.add_parser("health", help="exit 0 if every URL answers HTTP 200")
