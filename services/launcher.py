@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from services.supervision import RestartPolicy, RestartState
 from shared import embedded
+from shared.bus import redact_url
 from shared.subjects import Names
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -142,16 +143,20 @@ class Stack:
         self.nats_url, srv = embedded.ensure("nats", c.nats_url)
         if srv:
             self.embedded.append(srv)
-            self.log(f"[launcher] no NATS at {c.nats_url}: started embedded one at {srv.url}")
+            self.log(
+                f"[launcher] no NATS at {redact_url(c.nats_url)}: started embedded one at {srv.url}"
+            )
         self.redis_url, srv = embedded.ensure("redis", c.redis_url)
         if srv:
             self.embedded.append(srv)
-            self.log(f"[launcher] no Redis at {c.redis_url}: started embedded one at {srv.url}")
+            self.log(
+                f"[launcher] no Redis at {redact_url(c.redis_url)}: started embedded one at {srv.url}"
+            )
         if c.check_namespace and not any(e.kind == "nats" for e in self.embedded):
-            foreign = namespace_in_use(self.nats_url, Names(c.namespace), c.pool)
+            foreign = namespace_in_use(self._bus_settings(), Names(c.namespace), c.pool)
             if foreign:
                 raise StackError(
-                    f"namespace '{c.namespace}' is already in use on {self.nats_url} "
+                    f"namespace '{c.namespace}' is already in use on {redact_url(self.nats_url)} "
                     f"({foreign}): another stack would answer this one's predictions and "
                     "route to its pods; set HEADROOM_NAMESPACE to a name of your own"
                 )
@@ -209,6 +214,18 @@ class Stack:
             gw.check = lambda body: body.get("pods", {}).get("ready", 0) >= c.pods
             gateways.append(gw)
         self._wait(gateways)
+
+    def _bus_settings(self):
+        """The connection settings the services get (the environment plus ``env["*"]``)."""
+        from shared.settings import CommonSettings
+
+        fields = CommonSettings.model_fields
+        given = {
+            k[len("HEADROOM_") :].lower(): v
+            for k, v in self.config.env.get("*", {}).items()
+            if k.startswith("HEADROOM_") and k[len("HEADROOM_") :].lower() in fields
+        }
+        return CommonSettings(**{**given, "nats_url": self.nats_url, "redis_url": self.redis_url})
 
     def _admin_service(self, name: str, service: str, prefix: str, env: dict[str, str]) -> Child:
         port = self._port_for(name)
@@ -403,26 +420,36 @@ class Stack:
             f"Headroom is up: gateway {self.gateway_url}{replicas} "
             f"(metrics {self.gateway_url}/metrics), "
             f"admin endpoints (/health, /metrics): {admin}, "
-            f"{len(self.pod_urls)} pods, {c.predictors} predictors, NATS {self.nats_url}, "
-            f"Redis {self.redis_url}, namespace {c.namespace}, "
+            f"{len(self.pod_urls)} pods, {c.predictors} predictors, "
+            f"NATS {redact_url(self.nats_url)}, Redis {redact_url(self.redis_url)}, "
+            f"namespace {c.namespace}, "
             f"{'restarting services that exit' if c.restart else 'no restarts'}. Try: curl -s "
             f"{self.gateway_url}/v1/completions -H 'Content-Type: application/json' -d '{body}'"
         )
 
 
-def namespace_in_use(nats_url: str, names: Names, pool: str, listen_s: float = 0.5) -> str:
-    """Why ``names``' namespace looks used by another stack on ``nats_url`` ("" if not):
-    something answers its predict subject, or pod snapshots arrive on its pool's subject."""
-    return asyncio.run(_namespace_in_use(nats_url, names, pool, listen_s))
+def namespace_in_use(bus, names: Names, pool: str, listen_s: float = 0.5) -> str:
+    """Why ``names``' namespace looks used by another stack on the NATS of ``bus`` (the
+    services' connection settings; "" if not): something answers its predict subject, or
+    pod snapshots arrive on its pool's subject."""
+    return asyncio.run(_namespace_in_use(bus, names, pool, listen_s))
 
 
-async def _namespace_in_use(nats_url: str, names: Names, pool: str, listen_s: float) -> str:
+async def _namespace_in_use(bus, names: Names, pool: str, listen_s: float) -> str:
     import nats
     import nats.errors
 
+    from shared.bus import nats_options
+
+    async def _quiet(_: Exception) -> None:
+        return None
+
     try:
-        nc = await nats.connect(nats_url, connect_timeout=2.0, max_reconnect_attempts=0)
-    except Exception:  # unreachable: the services will say so themselves
+        nc = await nats.connect(
+            bus.nats_url, connect_timeout=2.0, allow_reconnect=False, error_cb=_quiet,
+            **nats_options(bus),
+        )  # fmt: skip
+    except Exception:  # unreachable or refused: the services will say so themselves
         return ""
     try:
         snapshots = 0

@@ -36,7 +36,7 @@ from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.scheduling.scheduler import Scheduler
 from services.gateway.settings import GatewaySettings
-from shared.bus import connect_nats, ensure_samples_stream
+from shared.bus import BusAuthError, connect_nats, ensure_samples_stream
 from shared.drift import DriftTracker
 from shared.schemas import PodSnapshot, SchemaError
 from shared.subjects import Names
@@ -119,11 +119,16 @@ class Gateway:
         self.predictor: PredictorClient | None = None
         self.samples: SamplePublisher | None = None
         self._model_version: str | None = None  # last version the predictors answered with
+        self.start_error: BaseException | None = None  # why start() failed (server.py says it)
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self.nc = await connect_nats(s.nats_url, f"gateway-{s.pool}")
+        try:
+            self.nc = await connect_nats(s, f"gateway-{s.pool}")
+        except BusAuthError as e:
+            self.start_error = e
+            raise
         js = self.nc.jetstream()
         await ensure_samples_stream(js, self.names)
         self.predictor = PredictorClient(

@@ -34,7 +34,7 @@ from services.trainer.validation import check, decode_sample
 from services.trainer.window import ADDED, DUPLICATE, EXPIRED, FLUSHED, WindowEntry
 from shared import trace_context
 from shared.admin import add_admin_routes
-from shared.bus import connect_nats, connect_redis, ensure_samples_stream
+from shared.bus import check_redis, connect_nats, connect_redis, ensure_samples_stream
 from shared.drift import DriftTracker
 from shared.latency_model import LatencyModel
 from shared.model_store import (
@@ -117,11 +117,12 @@ class TrainerService:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self._redis = connect_redis(s.redis_url)
+        self._redis = connect_redis(s)
+        await check_redis(self._redis, s.redis_url, "trainer")
         flushed_at = await self._redis.get(self.names.trainer_flushed_at)
         if flushed_at:
             self.window.not_before = float(flushed_at)
-        self._nc = await connect_nats(s.nats_url, "headroom-trainer")
+        self._nc = await connect_nats(s, "headroom-trainer")
         js = self._nc.jetstream()
         await ensure_samples_stream(js, self.names)
         self._psub = await js.pull_subscribe(

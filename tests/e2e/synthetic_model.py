@@ -17,6 +17,7 @@ from shared.features import FEATURE_SCHEMA_VERSION, FEATURES, POD_TYPES, prefix_
 from shared.latency_model import ModelSpec, booster_to_bytes, fit_booster, sha256
 from shared.model_store import publish_version
 from shared.schemas import ModelMeta
+from shared.settings import CommonSettings
 from shared.subjects import Names
 
 F = {name: i for i, name in enumerate(FEATURES)}
@@ -47,7 +48,9 @@ def synthetic_rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.nd
     return x, ttft, tpot
 
 
-async def publish_synthetic_model(redis_url: str, names: Names) -> str:
+async def publish_synthetic_model(redis: str | CommonSettings, names: Names) -> str:
+    """Publish the model as ``v1`` in the namespace (``redis``: a URL, or connection
+    settings with credentials and TLS)."""
     x, ttft, tpot = synthetic_rows(6000)
     blobs, targets = {}, {}
     for key, y in (("ttft", ttft), ("tpot", tpot)):
@@ -57,7 +60,7 @@ async def publish_synthetic_model(redis_url: str, names: Names) -> str:
         targets[key] = {"sha256": sha256(blob), "columns": list(spec.columns), "format": "ubj"}
     meta = ModelMeta(version="v1", created_at=time.time(), samples=len(x),
                      feature_schema=FEATURE_SCHEMA_VERSION, targets=targets)  # fmt: skip
-    r = connect_redis(redis_url)
+    r = connect_redis(redis)
     try:
         await publish_version(r, names, meta, blobs)
     finally:
