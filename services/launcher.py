@@ -207,7 +207,12 @@ class Stack:
             gw = self._spawn(
                 "gateway" if i == 0 else f"gateway-{i}",
                 "gateway",
-                {"HEADROOM_GATEWAY_HOST": c.host, "HEADROOM_GATEWAY_PORT": str(port)},
+                {
+                    "HEADROOM_GATEWAY_HOST": c.host,
+                    "HEADROOM_GATEWAY_PORT": str(port),
+                    # only this stack's pods, whatever a snapshot on NATS names
+                    "HEADROOM_GATEWAY_POD_ALLOW_URLS": ",".join(self.pod_urls.values()),
+                },
                 f"{url}/health",
             )
             # Up means the gateway already sees every pod as ready (first snapshots arrived).

@@ -22,6 +22,7 @@ from services.gateway.breaker import BreakerConfig
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
+from services.gateway.pod_allowlist import PodAllowlist, parse_list
 from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import prompt_tokens
@@ -114,6 +115,11 @@ class Gateway:
             settings.prefix_index_blocks,
             settings.prefix_index_auto_capacity,
         )
+        self.allowlist = PodAllowlist(
+            parse_list(settings.pod_allow_cidrs), parse_list(settings.pod_allow_urls)
+        )
+        self._discovery = None  # the allowlist's Kubernetes watch, when configured
+        self._refusals_logged: dict[str, float] = {}  # url -> last warning (bounded)
         self.nc: NATS | None = None
         self.pod_client: PodClient | None = None  # keep-alive HTTP to the pods
         self.predictor: PredictorClient | None = None
@@ -124,6 +130,20 @@ class Gateway:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        if s.pod_allow_k8s_label_selector:
+            from services.collector.k8s_discovery import KubernetesDiscovery
+
+            disc = KubernetesDiscovery(
+                s.pod_allow_k8s_label_selector, namespace=s.pod_allow_k8s_namespace,
+                port=s.pod_allow_k8s_port, scheme=s.pod_allow_k8s_scheme,
+                api_url=s.pod_allow_k8s_api_url,
+            )  # fmt: skip
+            await disc.start()
+            self._discovery = disc
+            self.allowlist.discovered = lambda: (t.url for t in disc.targets())
+        if not self.allowlist.enforced:
+            log.warning("no pod allowlist (HEADROOM_GATEWAY_POD_ALLOW_*): any pod a snapshot "
+                        "on NATS names may be routed to")  # fmt: skip
         try:
             self.nc = await connect_nats(s, f"gateway-{s.pool}")
         except BusAuthError as e:
@@ -160,6 +180,8 @@ class Gateway:
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
+        if self._discovery is not None:
+            await self._discovery.stop()
         if self.samples is not None:
             await self.samples.drain()
         if self.pod_client is not None:
@@ -189,10 +211,28 @@ class Gateway:
         if snap.pool != self.settings.pool:
             self.metrics.snapshots_invalid.labels("wrong_pool").inc()
             return
+        refused = self.allowlist.refusals(p.url for p in snap.pods)
+        if refused:  # a snapshot must not send prompts anywhere: drop all of it
+            self.metrics.snapshots_invalid.labels("pod_not_allowed").inc()
+            for url, why in refused:
+                self.metrics.pods_refused.labels(why).inc()
+                self._log_refusal(url, why)
+            return
         self.view.apply_snapshot(snap)
         self.index.sync(snap.pods)
         self.metrics.snapshots.inc()
         self.update_pod_gauges()
+
+    def _log_refusal(self, url: str, why: str) -> None:
+        """A warning per refused pod URL at most once a minute (at most 256 URLs kept)."""
+        now = time.monotonic()
+        if now - self._refusals_logged.get(url, -1e9) < 60.0:
+            return
+        if len(self._refusals_logged) >= 256:
+            self._refusals_logged.clear()
+        self._refusals_logged[url] = now
+        log.warning("dropped a pod snapshot naming %s, which the pod allowlist does not admit "
+                    "(%s)", url, why)  # fmt: skip
 
     def update_pod_gauges(self) -> None:
         counts = self.view.counts(self.clock())

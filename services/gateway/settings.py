@@ -68,6 +68,29 @@ class GatewaySettings(CommonSettings):
     sample_max_batch: int = Field(
         256, ge=1, description="A buffer of this many training samples is published at once"
     )
+    pod_allow_cidrs: str = Field(
+        "",
+        description="Comma-separated CIDRs: a pod whose URL host is an IP inside one may be "
+        "routed to (pod allowlist; empty with the other two empty: any pod a snapshot names)",
+    )
+    pod_allow_urls: str = Field(
+        "", description="Comma-separated pod base URLs that may be routed to (pod allowlist)"
+    )
+    pod_allow_k8s_label_selector: str = Field(
+        "",
+        description="Pod allowlist from the gateway's own Kubernetes watch: pods with this "
+        "label selector (the collector's) may be routed to",
+    )
+    pod_allow_k8s_namespace: str = Field(
+        "", description="Namespace of that watch (default: the gateway's own)"
+    )
+    pod_allow_k8s_port: int = Field(
+        8000, ge=1, le=65535, description="Port of the pod URLs the watch admits"
+    )
+    pod_allow_k8s_scheme: str = Field("http", description="Scheme of the pod URLs it admits")
+    pod_allow_k8s_api_url: str = Field(
+        "", description="Kubernetes API URL of that watch (default: in-cluster, then kubeconfig)"
+    )
     profiles_path: str = Field(
         "", description="Scheduling profiles YAML file (empty: the shipped profiles.yaml)"
     )

@@ -165,8 +165,14 @@ def metric(m: dict, name: str, **labels: str) -> float:
 
 @asynccontextmanager
 async def gateway_stack(
-    isolated: dict, n_pods: int = 2, seed: int = 0, **overrides: Any
+    isolated: dict,
+    n_pods: int = 2,
+    seed: int = 0,
+    *,
+    allow_own_pods: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Stack]:
+    """``allow_own_pods``: the gateway's pod allowlist admits exactly the pods started here."""
     names: Names = isolated["names"]
     # snapshots are published by hand: keep them fresh however slow the box is
     overrides.setdefault("stale_after_s", 60.0)
@@ -175,6 +181,8 @@ async def gateway_stack(
     try:
         for i in range(n_pods):
             pods.append(await start_pod(f"pod-{i}", seed=i, model=MODEL))
+        if allow_own_pods:
+            overrides["pod_allow_urls"] = ",".join(p.url for p in pods)
         settings = GatewaySettings(
             nats_url=isolated["nats_url"], namespace=names.namespace, pool=POOL,
             host="127.0.0.1", port=0, **overrides,
