@@ -175,8 +175,9 @@ class Gateway:
         await self.samples.start()
         await self.nc.subscribe(self.names.pod_snapshots(s.pool), cb=self._on_snapshot_msg)
         self.pod_client = PodClient(
-            connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s
-        )
+            connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s,
+            first_byte_timeout_s=s.pod_first_byte_timeout_s or None,
+        )  # fmt: skip
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:

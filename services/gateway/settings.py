@@ -52,6 +52,13 @@ class GatewaySettings(CommonSettings):
     pod_read_timeout_s: float = Field(
         300.0, gt=0, description="Longest silence tolerated while reading a pod's stream"
     )
+    pod_first_byte_timeout_s: float = Field(
+        10.0,
+        ge=0,
+        description="A pod that sends no response head this long after the request is "
+        "treated as failed before the first byte (retried on the next-ranked pod; 0: only "
+        "the read timeout)",
+    )
     retry_before_first_byte: bool = Field(
         True, description="Retry once on the next-ranked pod when a pod fails before any byte"
     )

@@ -146,6 +146,8 @@ class SimPod:
         return _json(body)
 
     async def _metrics(self, _: web.Request) -> web.Response:
+        if self.faults.metrics_delay_s > 0:  # fault injection: a slow /metrics
+            await asyncio.sleep(self.faults.metrics_delay_s)
         return web.Response(
             body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
@@ -225,6 +227,9 @@ class SimPod:
             return _error(
                 oa.ApiError(fault.status, "Simulated fault.", None, "server_error", fault.status)
             )
+        if fault is not None and fault.mode == "hang":  # not even a status line
+            await asyncio.sleep(fault.delay_s)
+            _drop(request)
         out_seed = hash((self.seed, tuple(prompt_tokens))) & 0x7FFFFFFF
         text = synth_text(req.max_tokens, out_seed)
         words = text.split(" ")
@@ -274,6 +279,9 @@ class SimPod:
         await resp.prepare(request)
         if ctx.drop_after == 0:
             _drop(request)
+        if ctx.malformed_after == 0:
+            await resp.write(b"data: {not json\n\n")
+            _drop(request)
         req, n, done = ctx.req, 0, False
         while not done:
             batch = [await queue.get()]
@@ -292,6 +300,9 @@ class SimPod:
                 if ctx.drop_after is not None and n >= ctx.drop_after:
                     await resp.write(bytes(buf))
                     _drop(request)
+                if ctx.malformed_after is not None and n >= ctx.malformed_after:
+                    await resp.write(bytes(buf) + b"data: {not json\n\n")
+                    _drop(request)
                 done = ev.finished
             await resp.write(bytes(buf))
         if ctx.drop_after is not None:  # fewer tokens than after_tokens: drop before [DONE]
@@ -306,7 +317,7 @@ class SimPod:
 
 
 class _Ctx:
-    __slots__ = ("created", "drop_after", "model", "n_prompt", "req", "rid")
+    __slots__ = ("created", "drop_after", "malformed_after", "model", "n_prompt", "req", "rid")
 
     def __init__(
         self,
@@ -323,6 +334,9 @@ class _Ctx:
         self.model = model
         self.n_prompt = n_prompt
         self.drop_after = fault.after_tokens if fault is not None and fault.mode == "drop" else None
+        self.malformed_after = (
+            fault.after_tokens if fault is not None and fault.mode == "malformed" else None
+        )
 
 
 def _drop(request: web.Request) -> NoReturn:
