@@ -93,7 +93,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _bench(argv: list[str]) -> int:
     """`headroom bench predictor|gateway|inference|prediction-bound ...` (each parses its own
     options)."""
-    kinds = ("predictor", "gateway", "inference", "prediction-bound")
+    kinds = ("predictor", "gateway", "inference", "prediction-bound", "faults", "soak")
     if not argv or argv[0] not in kinds:
         print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
         return 2
@@ -103,6 +103,10 @@ def _bench(argv: list[str]) -> int:
         from bench.bench_gateway import run
     elif argv[0] == "inference":
         from bench.bench_inference import run
+    elif argv[0] == "faults":
+        from bench.bench_faults import run
+    elif argv[0] == "soak":
+        from bench.bench_soak import run
     else:
         from bench.bench_prediction_bound import run
     return run(argv[1:])
@@ -171,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
         "bench", add_help=False,
         help="benchmarks: `bench predictor` (decisions/s, latency), `bench gateway` (what the "
         "gateway adds), `bench inference` (the predictor's inference paths), "
-        "`bench prediction-bound` (how predictable latency is at all)",
+        "`bench prediction-bound` (how predictable latency is at all), `bench faults` (each "
+        "failure on a live stack), `bench soak` (many concurrent streams for minutes)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")

@@ -176,7 +176,16 @@ class TrainerService:
         async def _flush(_: web.Request) -> web.Response:
             return web.json_response(await self.flush())
 
+        async def _window_ids(_: web.Request) -> web.Response:
+            # what the window holds, by request id (diagnostics: `headroom bench faults`
+            # checks with it that no acknowledged sample is missing or there twice)
+            return web.json_response({
+                "ids": self.window.request_ids(), "evicted": dict(self.window.evicted),
+                "added_total": self.window.added_total,
+            })  # fmt: skip
+
         app.router.add_post("/flush", _flush)
+        app.router.add_get("/window/ids", _window_ids)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.settings.admin_host, self.settings.admin_port).start()
