@@ -171,6 +171,7 @@ class Gateway:
             linger_s=s.sample_linger_ms / 1000,
             max_batch=s.sample_max_batch,
             telemetry=self.tel,
+            max_pending=s.sample_max_pending,
         )
         await self.samples.start()
         await self.nc.subscribe(self.names.pod_snapshots(s.pool), cb=self._on_snapshot_msg)

@@ -98,6 +98,12 @@ class GatewaySettings(CommonSettings):
     pod_allow_k8s_api_url: str = Field(
         "", description="Kubernetes API URL of that watch (default: in-cluster, then kubeconfig)"
     )
+    sample_max_pending: int = Field(
+        20_000,
+        ge=1,
+        description="Training samples buffered or awaiting their JetStream ack at most; "
+        "past it (a long NATS outage) new samples are dropped and counted as failed",
+    )
     profiles_path: str = Field(
         "", description="Scheduling profiles YAML file (empty: the shipped profiles.yaml)"
     )
