@@ -22,6 +22,7 @@ from services.gateway.breaker import BreakerConfig
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
+from services.gateway.outliers import OutlierEjector
 from services.gateway.pod_allowlist import PodAllowlist, parse_list
 from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
@@ -114,6 +115,9 @@ class Gateway:
             settings.prefix_block_tokens,
             settings.prefix_index_blocks,
             settings.prefix_index_auto_capacity,
+        )
+        self.outliers = OutlierEjector(
+            settings.pod_eject_s, max(settings.pod_eject_max_s, settings.pod_eject_s)
         )
         self.allowlist = PodAllowlist(
             parse_list(settings.pod_allow_cidrs), parse_list(settings.pod_allow_urls)
@@ -236,6 +240,15 @@ class Gateway:
         log.warning("dropped a pod snapshot naming %s, which the pod allowlist does not admit "
                     "(%s)", url, why)  # fmt: skip
 
+    def pod_failed(self, pod: str, reason: str) -> None:
+        """A request to ``pod`` failed (before its first byte or mid-stream): leave the pod
+        out of routing for a while (services/gateway/outliers.py)."""
+        if self.outliers.enabled:
+            span = self.outliers.failed(pod, self.clock())
+            self.metrics.pod_ejections.labels(reason).inc()
+            log.warning("pod %s left out of routing for %.0f s after a failed request (%s)",
+                        pod, span, reason)  # fmt: skip
+
     def update_pod_gauges(self) -> None:
         counts = self.view.counts(self.clock())
         self.metrics.pods.labels("ready").set(counts.ready)
@@ -268,7 +281,7 @@ class Gateway:
     ) -> RoutingDecision:
         obj = objectives or RequestObjectives()
         now = self.clock()
-        cands = self.view.candidates(req.model, now)
+        cands = self.outliers.filter(self.view.candidates(req.model, now), now)
         if not cands:
             raise self._no_candidate_error(req.model, now)
         if sum(len(t) for t in req.texts) > _INLINE_TOKENIZE_CHARS:
@@ -285,7 +298,10 @@ class Gateway:
         hashes = self.index.hashes(tokens)
         waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes)
         try:
-            cands = flow.route_among(waiter, self.view.candidates(req.model, self.clock()))
+            now = self.clock()
+            cands = flow.route_among(
+                waiter, self.outliers.filter(self.view.candidates(req.model, now), now)
+            )
             if not cands:
                 raise self._no_candidate_error(req.model, self.clock())
             return await self._decide(req, obj, profile, cands, tokens, hashes, waiter)

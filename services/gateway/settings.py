@@ -59,6 +59,14 @@ class GatewaySettings(CommonSettings):
         "treated as failed before the first byte (retried on the next-ranked pod; 0: only "
         "the read timeout)",
     )
+    pod_eject_s: float = Field(
+        5.0,
+        ge=0,
+        description="A pod whose request failed (before the first byte or mid-stream) is left "
+        "out of routing this long, doubling with each further failure up to "
+        "POD_EJECT_MAX_S; a success ends it (0: never)",
+    )
+    pod_eject_max_s: float = Field(60.0, ge=0, description="Longest ejection of a failing pod")
     retry_before_first_byte: bool = Field(
         True, description="Retry once on the next-ranked pod when a pod fails before any byte"
     )

@@ -105,3 +105,15 @@ def test_every_scenario_the_issue_names_is_there():
             "collector-kill", "redis-restart-empty", "nats-restart", "gateway-replica-kill",
             "pod-crash-mid-stream", "pod-hang-before-first-byte", "pod-http-500",
             "pod-malformed-sse", "pod-slow-metrics"} == names  # fmt: skip
+
+
+def test_a_killed_replica_excuses_only_its_broken_connections():
+    ledger = Ledger(Counter(), Counter())
+    recs = [
+        rec(0.9, ok=False, error="stream_ClientPayloadError", gateway=1, status=200,
+            phase=BEFORE),  # in flight on replica 1 when it was killed
+        rec(1.2, ok=False, error="status_502", gateway=1, status=502),  # a real failure
+        rec(1.3, ok=False, error="stream_ended_early", gateway=0, status=200),
+    ]  # fmt: skip
+    s = summarize("g", recs, Timeline(1.0, 2.0), ledger, allowed_failures="in_flight_on_gateway:1")
+    assert s["failed_requests"] == 3 and s["failed_excused"] == 1 and not s["passed"]
