@@ -44,8 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warm-s", type=float, default=None,
                    help="load before the 'warm' RSS reading (default: 20%% of the duration)")  # fmt: skip
     p.add_argument("--pods", type=int, default=8, help="simulated pods")
-    p.add_argument("--max-tokens", type=int, default=32, help="tokens per answer (at most)")
-    p.add_argument("--request-timeout-s", type=float, default=120.0)
+    p.add_argument("--max-tokens", type=int, default=16, help="tokens per answer (at most)")
+    p.add_argument("--prompt-blocks", type=int, default=1,
+                   help="512-token blocks per prompt (at most; the prompts cycle over 2,000)")  # fmt: skip
+    p.add_argument("--request-timeout-s", type=float, default=300.0,
+                   help="a client gives up after this (1,000 streams in flight queue for long)")  # fmt: skip
     p.add_argument("--sample-every-s", type=float, default=5.0, help="RSS series interval")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
@@ -139,7 +142,8 @@ class Load:
 async def run_soak(args, log_path: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="headroom-soak-"))
     trace = read_trace(write_mooncake_trace(tmp / "trace.jsonl", 2000, seed=args.seed,
-                                            max_blocks=4, output=(8, args.max_tokens)),
+                                            max_blocks=args.prompt_blocks,
+                                            output=(4, args.max_tokens)),
                        seed=args.seed)  # fmt: skip
     bodies = [orjson.dumps({"model": DEFAULT_MODEL, "prompt": r.prompt_text(), "stream": True,
                             "max_tokens": max(4, min(r.output_tokens, args.max_tokens)),
