@@ -11,7 +11,8 @@ clock).
   ``samples_unacknowledged`` = successful requests whose sample was never stored;
 - recovery_s: from the restore (the service respawned, the process thawed, the fault
   cleared) to the first request sent after it that was routed ``predicted``; 0 when
-  predicted routing never stopped; None when it did not come back;
+  predicted routing never stopped; None when it did not come back. For a killed service
+  also ``recovery_after_up_s``, counted from when it answered /health again;
 - client TTFT p50/p99 before the fault and during it.
 """
 
@@ -153,6 +154,9 @@ def summarize(
         },
         **tl.notes,
     }
+    if tl.notes.get("down_s") is not None:  # a killed service: also from its being up again
+        up = Timeline(tl.fault_at, tl.fault_at + tl.notes["down_s"], tl.end_at)
+        out["recovery_after_up_s"] = recovery_s(recs, up)
     out["acked_missing_from_stream"] = sum(
         1 for _, t in ledger.acked_missing
         if t >= tl.fault_at and (tl.end_at is None or t <= tl.end_at)
