@@ -255,7 +255,7 @@ class _Connection(asyncio.Protocol):
         if not waiting:  # nobody is waiting for data (the reader is busy, paused): later
             self.watchdog = self.loop.call_at(now + timeout, self._check_silence)
         elif now - self.last_data >= timeout:
-            if not self.headers_done:
+            if timeout < self.client.read_timeout_s:  # the first-byte timeout ran out
                 self._fail(FirstByteTimeout(f"no response from the pod within {timeout:g} s"))
             else:
                 self._fail(PodIOError(f"no data from the pod for {timeout:g} s"))

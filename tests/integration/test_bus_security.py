@@ -315,10 +315,7 @@ def test_every_service_connects_with_credentials_from_settings(
         ("gateway", {}, "HEADROOM_NATS_USER"),
         ("collector", {"HEADROOM_COLLECTOR_PODS": "pod-0=http://127.0.0.1:9"},
          "HEADROOM_NATS_USER"),
-        ("predictor", {}, "HEADROOM_REDIS_USERNAME"),  # Redis first; then NATS (below)
-        ("trainer", {}, "HEADROOM_REDIS_USERNAME"),
-        ("predictor", {"HEADROOM_REDIS_USERNAME": "headroom",
-                       "HEADROOM_REDIS_PASSWORD": REDIS_PASSWORD}, "HEADROOM_NATS_USER"),
+        ("predictor", {}, "HEADROOM_REDIS_USERNAME"),  # Redis first; then NATS (trainer)
         ("trainer", {"HEADROOM_REDIS_USERNAME": "headroom",
                      "HEADROOM_REDIS_PASSWORD": REDIS_PASSWORD}, "HEADROOM_NATS_USER"),
         ("gateway", {"HEADROOM_NATS_USER": "gateway", "HEADROOM_NATS_PASSWORD": GW_PASSWORD,
