@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="512-token blocks per prompt (at most; the prompts cycle over 2,000)")  # fmt: skip
     p.add_argument("--request-timeout-s", type=float, default=300.0,
                    help="a client gives up after this (1,000 streams in flight queue for long)")  # fmt: skip
+    p.add_argument("--profile", default="headroom",
+                   help="the gateway's scheduling profile (default: the shipped default)")  # fmt: skip
     p.add_argument("--sample-every-s", type=float, default=5.0, help="RSS series interval")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
@@ -156,7 +158,8 @@ async def run_soak(args, log_path: Path) -> dict:
         namespace=f"soak-{uuid.uuid4().hex[:8]}", gateway_port=embedded.free_port(),
         pods=args.pods, predictors=2, gateways=1, log_level="WARNING", restart=False,
         env={"trainer": {"HEADROOM_TRAINER_INTERVAL_S": "10",
-                         "HEADROOM_TRAINER_MIN_SAMPLES": "100"}},
+                         "HEADROOM_TRAINER_MIN_SAMPLES": "100"},
+             "gateway": {"HEADROOM_GATEWAY_PROFILE": args.profile}},
     )  # fmt: skip
     stack = Stack(config, log=lambda line: print(line, file=log_file, flush=True))
     load_avg = [os.getloadavg()]
@@ -206,6 +209,7 @@ async def run_soak(args, log_path: Path) -> dict:
             "peak_in_flight": load.peak_in_flight,
             "duration_s": args.duration_s,
             "pods": args.pods,
+            "profile": args.profile,
             "requests": load.completed,
             "errors": sum(load.errors.values()),
             "errors_by_kind": load.errors,
