@@ -141,6 +141,7 @@ class PodRecord(Message):
     prefill_backlog: float | None = None  # requests waiting for prefill (JetStream's backlog)
     slots_used: float | None = None  # batch-slot fullness 0..1 where the engine reports it
     kv_capacity_tokens: float | None = None  # KV-cache capacity in tokens, where reported
+    max_model_len: int | None = None  # context length (prompt + output), where reported
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -27,14 +27,13 @@ from starlette.types import Receive, Scope, Send
 from services.gateway import explain, tracing
 from services.gateway.asgi import (
     ChunkWriter,
-    read_body,
     request_headers,
     send_bytes,
     start_event_stream,
 )
 from services.gateway.errors import GatewayError, send_error, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
-from services.gateway.openai_request import Kind, ParsedRequest, parse_request
+from services.gateway.openai_request import Kind, ParsedRequest
 from services.gateway.request_headers import parse_objective_headers
 from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
@@ -42,20 +41,27 @@ from services.gateway.upstream import (
     Event,
     PodFailure,
     PodRejected,
+    PodReply,
     StreamBroken,
     UpstreamStream,
+    fetch_reply,
     open_stream,
 )
 from shared.schemas import TrainingSample
 
 log = logging.getLogger(__name__)
 
-ENDPOINTS: dict[str, Kind] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+ENDPOINTS: dict[str, Kind] = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/embeddings": "embeddings",
+}
 _DONE = b"data: [DONE]\n\n"
 
 
 async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
-    """ASGI handler of ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
+    """ASGI handler of ``POST /v1/completions``, ``/v1/chat/completions`` and
+    ``/v1/embeddings``."""
     endpoint = scope["path"]
     kind = ENDPOINTS[endpoint]
     request_id = uuid.uuid4().hex
@@ -64,9 +70,11 @@ async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> Non
         objectives = parse_objective_headers(
             headers, gw.schedulers, gw.settings.allow_profile_header
         )
-        parsed = parse_request(await read_body(receive), kind)
+        parsed = await gw.read_request(receive, headers, kind)
         decision = await gw.route(parsed, objectives)
     except GatewayError as e:
+        if e.limit is not None:
+            gw.metrics.limit_rejections.labels(e.limit).inc()
         gw.metrics.requests.labels(endpoint, str(e.status)).inc()
         await send_error(send, e, {"x-request-id": request_id})
         return
@@ -127,10 +135,14 @@ async def _dispatch(
                 attempt=n, headers=attempt_headers,
             )  # fmt: skip
         t0 = time.perf_counter()
+        stream = reply = None
         try:
-            stream, first = await open_stream(
-                gw.pod_client, pod.url, endpoint, body, attempt_headers
-            )
+            if parsed.generates:
+                stream, first = await open_stream(
+                    gw.pod_client, pod.url, endpoint, body, attempt_headers
+                )
+            else:  # embeddings: one JSON reply, after the prefill
+                reply = await fetch_reply(gw.pod_client, pod.url, endpoint, body, attempt_headers)
         except PodFailure as e:
             tracing.end_pod_call(span, error=e.reason)
             gw.view.on_finish(request_id)
@@ -158,6 +170,10 @@ async def _dispatch(
         ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span)
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         try:
+            if stream is None:
+                assert reply is not None
+                await ex.reply(send, reply, headers_out)
+                return
             if parsed.stream:
                 await ex.stream_to(send, receive, first, headers_out)
             else:
@@ -191,13 +207,14 @@ class _Exchange:
         routed: RoutedPod,
         request_id: str,
         endpoint: str,
-        stream: UpstreamStream,
+        stream: UpstreamStream | None,
         t0: float,
         span: Span | None = None,
     ) -> None:
         self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
         self.request_id, self.endpoint, self.stream, self.t0 = request_id, endpoint, stream, t0
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
+        # stream: the pod's SSE stream (generation); None for a whole reply (embeddings)
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
         gw.metrics.in_flight.inc()
@@ -317,12 +334,21 @@ class _Exchange:
         reply = self.acc.completion(self.request_id, self.parsed.model, int(self.gw.clock()))
         await send_bytes(send, 200, orjson.dumps(reply), headers=headers)
 
+    async def reply(self, send: Send, reply: PodReply, headers: dict[str, str]) -> None:
+        """A whole reply (embeddings: prefill only): it arrived when the prefill ended, which
+        is its time to first token; no TPOT, no output tokens."""
+        acc = self.acc
+        acc.first_token_at = acc.last_at = time.perf_counter()
+        self.gw.view.on_first_token(self.request_id, self.gw.clock())
+        self.succeed()
+        await send_bytes(send, reply.status, reply.body, reply.content_type, headers)
+
     # --- settlement -----------------------------------------------------------------------
     def _settle(self) -> bool:
         if self.settled:
             return False
         self.settled = True
-        if not self.stream.done:
+        if self.stream is not None and not self.stream.done:
             self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
         self.gw.metrics.in_flight.dec()
@@ -361,8 +387,9 @@ class _Exchange:
             if decision.slo_ttft_ms is not None and ttft_ms > decision.slo_ttft_ms:
                 gw.metrics.ttft_slo_violations.labels(model).inc()
                 gw.metrics.slo_violations.labels(model, "ttft").inc()
-            if acc.token_chunks >= 2:
-                tpot_ms = (e2e_ms - ttft_ms) / (acc.token_chunks - 1)
+            chunks = acc.choice_chunks
+            if chunks >= 2:
+                tpot_ms = (e2e_ms - ttft_ms) / (chunks - 1)
                 gw.metrics.tpot.labels(model).observe(tpot_ms / 1000)
                 if decision.slo_tpot_ms is not None and tpot_ms > decision.slo_tpot_ms:
                     gw.metrics.slo_violations.labels(model, "tpot").inc()
