@@ -198,6 +198,7 @@ async def run_soak(args, log_path: Path) -> dict:
             await asyncio.gather(*workers, return_exceptions=True)
         await asyncio.sleep(2.0)  # the gateway closes the client connections it held
         after = {"rss_mb": rss_mb(gw), "open_fds": open_fds(gw)}
+        counters = await asyncio.to_thread(_gateway_counters, stack.gateway_url)
         load_avg.append(os.getloadavg())
         warm = warm or series[0]
         grown = end_load["rss_mb"] - warm["rss_mb"]
@@ -225,6 +226,7 @@ async def run_soak(args, log_path: Path) -> dict:
             "gateway_cpu_s": round(end_load["cpu_s"] - start["cpu_s"], 1),
             "gateway_cpu_ms_per_request": round(
                 (end_load["cpu_s"] - start["cpu_s"]) * 1000 / max(1, load.completed), 3),
+            "gateway_counters": counters,
             "series": series,
             "loadavg": {"start": [round(x, 2) for x in load_avg[0]],
                         "end": [round(x, 2) for x in load_avg[-1]], "cpus": os.cpu_count()},
@@ -234,6 +236,26 @@ async def run_soak(args, log_path: Path) -> dict:
     finally:
         await asyncio.to_thread(stack.stop)
         log_file.close()
+
+
+def _gateway_counters(url: str) -> dict[str, float]:
+    """The gateway's failure, retry and ejection counters by label, from its /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = ("headroom_gateway_requests_failed", "headroom_gateway_retries",
+              "headroom_gateway_pod_ejections", "headroom_gateway_routing")  # fmt: skip
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name in wanted:
+            for s in fam.samples:
+                if s.name.endswith("_total"):
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+                    out[f"{fam.name}{{{labels}}}"] = s.value
+    return out
 
 
 def _ms(x: float | None) -> float | None:
