@@ -415,10 +415,10 @@ class TrainerService:
             "ts": self.clock(), "action": "republish", "version": meta.version,
             "reason": "Redis had no current model",
         })  # fmt: skip
-        await self._announce(meta.version, meta.created_at)
         self.metrics.model_republished.inc()
-        log.warning("Redis had lost the current model: wrote %s back and announced it",
+        log.warning("Redis had lost the current model: wrote %s back; announcing it",
                     meta.version)  # fmt: skip
+        await self._announce(meta.version, meta.created_at)
         return meta.version
 
     async def current_model(self) -> LatencyModel | None:

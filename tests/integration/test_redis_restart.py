@@ -64,6 +64,7 @@ async def test_trainer_writes_the_current_model_back_after_redis_restarts_empty(
             assert blobs2 == blobs and meta2.to_dict() == meta.to_dict()
             history = await read_history(r, names)
             assert history[0]["action"] == "republish" and history[0]["version"] == "v1"
+            await eventually(lambda: metric(trainer, "headroom_trainer_model_republished_total"))
             assert metric(trainer, "headroom_trainer_model_republished_total") == 1
             await eventually(lambda: len(announced) >= 2)  # v1 at the fit, v1 again now
             # a predictor starting now (it never saw v1) loads it from the restarted Redis
