@@ -93,7 +93,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _bench(argv: list[str]) -> int:
     """`headroom bench predictor|gateway|inference|prediction-bound ...` (each parses its own
     options)."""
-    kinds = ("predictor", "gateway", "inference", "prediction-bound", "faults", "soak")
+    kinds = ("predictor", "gateway", "inference", "prediction-bound", "access", "faults", "soak")
     if not argv or argv[0] not in kinds:
         print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
         return 2
@@ -103,6 +103,8 @@ def _bench(argv: list[str]) -> int:
         from bench.bench_gateway import run
     elif argv[0] == "inference":
         from bench.bench_inference import run
+    elif argv[0] == "access":
+        from bench.bench_access import run
     elif argv[0] == "faults":
         from bench.bench_faults import run
     elif argv[0] == "soak":
@@ -124,6 +126,10 @@ def main(argv: list[str] | None = None) -> None:
         from services import model_cli
 
         sys.exit(model_cli.main(argv[1:]))
+    if argv and argv[0] == "keys":
+        from services import keys_cli
+
+        sys.exit(keys_cli.main(argv[1:]))
     if argv and argv[0] in SERVICES:
         module = importlib.import_module(f"services.{argv[0]}.main")
         module.main(argv[1:])
@@ -149,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     up.set_defaults(func=_up)
     sub.add_parser("model", help="model versions: list|show|history|rollback|export|import|flush")
+    sub.add_parser("keys", help="gateway API keys: add|list|revoke (the key file)")
     health = sub.add_parser("health", help="exit 0 if every URL answers HTTP 200")
     health.add_argument("urls", nargs="+")
     health.add_argument("--timeout", type=float, default=2.0)
@@ -175,8 +182,9 @@ def main(argv: list[str] | None = None) -> None:
         "bench", add_help=False,
         help="benchmarks: `bench predictor` (decisions/s, latency), `bench gateway` (what the "
         "gateway adds), `bench inference` (the predictor's inference paths), "
-        "`bench prediction-bound` (how predictable latency is at all), `bench faults` (each "
-        "failure on a live stack), `bench soak` (many concurrent streams for minutes)",
+        "`bench prediction-bound` (how predictable latency is at all), `bench access` (what "
+        "API keys and rate limits cost per request), `bench faults` (each failure on a live "
+        "stack), `bench soak` (many concurrent streams for minutes)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.gateway import limits, tracing
+from services.gateway.access import FrontDoor
 from services.gateway.breaker import BreakerConfig
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
@@ -102,6 +103,10 @@ class Gateway:
                 f"{self.scheduling.source}: unknown profile '{settings.profile}' "
                 f"(known: {', '.join(self.schedulers)})"
             )
+        # API keys, privileged-header policy, rate limits, pod credentials (access.py)
+        self.front = FrontDoor(
+            settings, self.names, self.metrics.registry, self.schedulers, self.prompt_tokens
+        )
         self.view = PodView(stale_after_s=settings.stale_after_s)
         # flow control per profile that enables it (services/gateway/scheduling/flow.py);
         # the view's change hook releases queued requests as pods make room
@@ -154,6 +159,7 @@ class Gateway:
         if not self.allowlist.enforced:
             log.warning("no pod allowlist (HEADROOM_GATEWAY_POD_ALLOW_*): any pod a snapshot "
                         "on NATS names may be routed to")  # fmt: skip
+        await self.front.start()  # key-file watch, rate limiter (the files were read in __init__)
         try:
             self.nc = await connect_nats(s, f"gateway-{s.pool}")
         except BusAuthError as e:
@@ -195,6 +201,7 @@ class Gateway:
         if self._discovery is not None:
             await self._discovery.stop()
         self._offload.shutdown(wait=False, cancel_futures=True)
+        await self.front.stop()
         if self.samples is not None:
             await self.samples.drain()
         if self.pod_client is not None:
@@ -272,6 +279,16 @@ class Gateway:
         finally:
             gauge.dec()
 
+    async def prompt_tokens(self, req: ParsedRequest) -> tuple[list[int], int]:
+        """The request's prompt tokens and its longest prompt's length, tokenized once (a
+        large body in the offload thread) and kept on the request."""
+        if req.tokens is None:
+            if req.size > self.settings.offload_bytes:
+                req.tokens = await self.offloaded(request_tokens, req.prompts, True)
+            else:
+                req.tokens = request_tokens(req.prompts)
+        return req.tokens
+
     async def read_request(
         self, receive: Callable, headers: Mapping[str, str], kind: Kind
     ) -> ParsedRequest:
@@ -324,14 +341,14 @@ class Gateway:
         cands = self.outliers.filter(self.view.candidates(req.model, now), now)
         if not cands:
             raise self._no_candidate_error(req.model, now)
-        if req.size > self.settings.offload_bytes:
-            tokens, longest = await self.offloaded(request_tokens, req.prompts, True)
+        if req.tokens is None and req.size > self.settings.offload_bytes:
+            tokens, longest = await self.prompt_tokens(req)
             # the loads changed while the prompt was tokenized (requests of the same burst
             # were dispatched meanwhile): read them again, or the burst lands on one pod
             later = self.clock()
             cands = self.outliers.filter(self.view.candidates(req.model, later), later) or cands
         else:
-            tokens, longest = request_tokens(req.prompts)
+            tokens, longest = await self.prompt_tokens(req)
         cands = self._fitting(cands, req, longest)
         profile = obj.profile or self.settings.profile
         flow = self.flows.get(profile)

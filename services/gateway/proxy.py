@@ -25,6 +25,7 @@ from opentelemetry.trace import Span
 from starlette.types import Receive, Scope, Send
 
 from services.gateway import explain, tracing
+from services.gateway.access import Caller
 from services.gateway.asgi import (
     ChunkWriter,
     request_headers,
@@ -34,7 +35,6 @@ from services.gateway.asgi import (
 from services.gateway.errors import GatewayError, send_error, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
 from services.gateway.openai_request import Kind, ParsedRequest
-from services.gateway.request_headers import parse_objective_headers
 from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
 from services.gateway.upstream import (
@@ -67,19 +67,17 @@ async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> Non
     request_id = uuid.uuid4().hex
     headers = request_headers(scope)
     try:
-        objectives = parse_objective_headers(
-            headers, gw.schedulers, gw.settings.allow_profile_header
-        )
+        caller = gw.front.caller(headers)  # 401, and 400/403 for the scheduling headers
         parsed = await gw.read_request(receive, headers, kind)
-        decision = await gw.route(parsed, objectives)
+        await caller.admit(parsed)  # 404 for a model the key may not use, 429
+        decision = await gw.route(parsed, caller.objectives)
     except GatewayError as e:
         if e.limit is not None:
             gw.metrics.limit_rejections.labels(e.limit).inc()
         gw.metrics.requests.labels(endpoint, str(e.status)).inc()
         await send_error(send, e, {"x-request-id": request_id})
         return
-    debug = explain.wants_debug(headers)
-    await _dispatch(gw, parsed, decision, request_id, endpoint, send, receive, debug)
+    await _dispatch(gw, parsed, decision, request_id, endpoint, send, receive, caller)
 
 
 def _routing_headers(
@@ -109,7 +107,7 @@ async def _dispatch(
     endpoint: str,
     send: Send,
     receive: Receive,
-    debug: bool = False,
+    caller: Caller,
 ) -> None:
     s = gw.settings
     attempts = decision.ranked[: 2 if s.retry_before_first_byte else 1]
@@ -119,6 +117,9 @@ async def _dispatch(
         "accept": "text/event-stream",
         "x-request-id": request_id,
     }
+    if caller.pod_authorization is not None:  # services/gateway/pod_auth.py
+        headers["authorization"] = caller.pod_authorization
+    debug = caller.debug
     assert gw.pod_client is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
@@ -167,7 +168,8 @@ async def _dispatch(
             raise
         routing.on_accepted(gw.index, decision.prepared, routed.index)
         gw.outliers.succeeded(pod.name)
-        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span)
+        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span,
+                       caller)  # fmt: skip
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         try:
             if stream is None:
@@ -210,11 +212,13 @@ class _Exchange:
         stream: UpstreamStream | None,
         t0: float,
         span: Span | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
         self.request_id, self.endpoint, self.stream, self.t0 = request_id, endpoint, stream, t0
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
         # stream: the pod's SSE stream (generation); None for a whole reply (embeddings)
+        self.caller = caller  # charged its output tokens on settlement
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
         gw.metrics.in_flight.inc()
@@ -352,6 +356,8 @@ class _Exchange:
             self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
         self.gw.metrics.in_flight.dec()
+        if self.caller is not None:
+            self.caller.settled(self.acc.output_tokens())
         return True
 
     def fail(self, reason: str, err: Exception, status: str = "200") -> None:
