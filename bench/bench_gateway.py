@@ -374,7 +374,7 @@ async def _main(args: argparse.Namespace) -> int:
         config = StackConfig(
             nats_url=nats_url, redis_url=redis_url, namespace=names.namespace,
             pool=f"bench{uuid.uuid4().hex[:6]}", gateway_port=embedded.free_port(),
-            pods=args.pods, predictors=1, log_level="WARNING",
+            pods=args.pods, predictors=1, log_level="WARNING", restart=False,
             env={"trainer": {"HEADROOM_TRAINER_MIN_SAMPLES": "100000000"},
                  "gateway": gateway_env,
                  **json.loads(os.environ.get("HEADROOM_BENCH_EXTRA_ENV", "{}"))},

@@ -271,6 +271,7 @@ async def open_loop(client, decisions, rate, duration_s, timeout_s, res: Result)
 async def run_load(
     args: argparse.Namespace, nats_url: str, namespace: str, pids: list[int]
 ) -> dict:
+    from services.gateway.breaker import BreakerConfig
     from services.gateway.coalescer import CoalescerConfig
     from services.gateway.predictor_client import PredictorClient
     from shared.bus import connect_nats
@@ -280,8 +281,9 @@ async def run_load(
     nc = await connect_nats(nats_url, "bench-predictor")
     cfg = CoalescerConfig(args.window_ms / 1000, args.max_rows, args.max_in_flight)
     client = PredictorClient(
-        nc, names.predict, args.timeout_ms / 1000, coalescer=cfg, wire_format=args.wire
-    )
+        nc, names.predict, args.timeout_ms / 1000, coalescer=cfg, wire_format=args.wire,
+        breaker=BreakerConfig(failures=0),  # measure every call, never skip under overload
+    )  # fmt: skip
     decisions = decision_rows(args.candidates)
     timeout_s = args.timeout_ms / 1000
     try:

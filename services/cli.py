@@ -27,6 +27,8 @@ def _up(args: argparse.Namespace) -> int:
         predictors=args.predictors,
         profile=args.profile,
         fixed_admin_ports=True,
+        restart=not args.no_restart,
+        gateways=args.gateways,
     )
     return run_foreground(config)
 
@@ -102,26 +104,26 @@ def _replay(args: argparse.Namespace) -> int:
     return _lab_or_replay("replay", args.args)
 
 
+# `headroom bench KIND`: the module under bench/ whose run(argv) does it (each parses its own
+# options)
+BENCHES: dict[str, str] = {
+    "predictor": "bench.bench_predictor",
+    "gateway": "bench.bench_gateway",
+    "inference": "bench.bench_inference",
+    "prediction-bound": "bench.bench_prediction_bound",
+    "access": "bench.bench_access",
+    "sim-vs-measured": "bench.bench_sim_vs_measured",
+    "faults": "bench.bench_faults",
+    "soak": "bench.bench_soak",
+}
+
+
 def _bench(argv: list[str]) -> int:
-    """`headroom bench predictor|gateway|inference|prediction-bound|access|sim-vs-measured ...`
-    (each parses its own options)."""
-    kinds = ("predictor", "gateway", "inference", "prediction-bound", "access", "sim-vs-measured")
-    if not argv or argv[0] not in kinds:
-        print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
+    """`headroom bench KIND [options]`, KIND one of :data:`BENCHES`."""
+    if not argv or argv[0] not in BENCHES:
+        print(f"usage: headroom bench {{{','.join(BENCHES)}}} [options] (--help for each)")
         return 2
-    if argv[0] == "predictor":
-        from bench.bench_predictor import run
-    elif argv[0] == "gateway":
-        from bench.bench_gateway import run
-    elif argv[0] == "inference":
-        from bench.bench_inference import run
-    elif argv[0] == "access":
-        from bench.bench_access import run
-    elif argv[0] == "sim-vs-measured":
-        from bench.bench_sim_vs_measured import run
-    else:
-        from bench.bench_prediction_bound import run
-    return run(argv[1:])
+    return importlib.import_module(BENCHES[argv[0]]).run(argv[1:])
 
 
 def _settings(args: argparse.Namespace) -> int:
@@ -156,6 +158,13 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--pods", type=int, default=4, help="simulated pods")
     up.add_argument("--predictors", type=int, default=2, help="predictor replicas")
     up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    up.add_argument(
+        "--gateways", type=int, default=1, help="gateway replicas (the first on --port)"
+    )
+    up.add_argument(
+        "--no-restart", action="store_true",
+        help="do not restart a service that exits: the first exit stops the stack",
+    )  # fmt: skip
     up.set_defaults(func=_up)
     sub.add_parser("model", help="model versions: list|show|history|rollback|export|import|flush")
     sub.add_parser("keys", help="gateway API keys: add|list|revoke (the key file)")
@@ -187,7 +196,8 @@ def main(argv: list[str] | None = None) -> None:
         "gateway adds), `bench inference` (the predictor's inference paths), "
         "`bench prediction-bound` (how predictable latency is at all), `bench access` (what "
         "API keys and rate limits cost per request), `bench sim-vs-measured` (the simulator "
-        "against a measured vLLM benchmark)",
+        "against a measured vLLM benchmark), `bench faults` (each failure on a live stack), "
+        "`bench soak` (many concurrent streams for minutes)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")

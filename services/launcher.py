@@ -1,15 +1,30 @@
 """The dev-stack launcher behind `headroom up` / `make up`.
 
 Starts NATS and Redis (reusing reachable ones, else embedded binaries from the venv), the
-simulated pods, the collector, N predictor replicas, the trainer and the gateway as child
-processes; waits until each answers /health; prints one ready line; streams prefixed logs;
-stops every child (newest first) on Ctrl-C / SIGTERM. The e2e tests drive the same class.
+simulated pods, the collector, N predictor replicas, the trainer and the gateway (or
+several replicas) as child processes; waits until each answers /health; prints one ready
+line; streams prefixed logs; stops every child (newest first) on Ctrl-C / SIGTERM. The e2e
+tests and `headroom bench faults` drive the same class.
+
+A service that exits is restarted (``restart``, the default; `headroom up --no-restart`
+turns it off): after a backoff (services/supervision.py: 0.5 s, doubling after short runs,
+at most 10 s), with a log line for the exit, the restart and the service being healthy
+again. The embedded NATS and Redis it started are restarted too (same port; NATS keeps its
+JetStream store, Redis comes back empty). Without ``restart`` the first exit ends
+`headroom up` (exit code 1), as before.
+
+Before starting anything on a NATS it did not start itself, the launcher checks that no
+other stack uses the namespace there (predictors answering its predict subject, pod
+snapshots on its pool's subject): two stacks in one namespace answer each other's
+predictions and route to each other's pods.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +34,10 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.supervision import RestartPolicy, RestartState
 from shared import embedded
+from shared.bus import redact_url
+from shared.subjects import Names
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ADMIN_PORTS = {
@@ -48,6 +66,11 @@ class StackConfig:
     # `headroom up` uses the documented admin ports when free (tools such as
     # `headroom autoscale recommend` default to them); tests use free ports.
     fixed_admin_ports: bool = False
+    gateways: int = 1  # replicas: the first on gateway_port, the others on free ports
+    restart: bool = True  # restart a service that exits (False: it stays down)
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    # refuse to start in a namespace another stack uses on a NATS we did not start
+    check_namespace: bool = True
 
 
 @dataclass
@@ -57,6 +80,9 @@ class Child:
     proc: subprocess.Popen
     health_url: str
     check: Callable[[dict], bool] | None = None
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # what it was started with
+    restart: RestartState | None = None
+    healthy: bool = True  # False from its exit until it answers /health again
 
 
 class StackError(RuntimeError):
@@ -86,7 +112,12 @@ class Stack:
         self.redis_url = config.redis_url
         self.pod_urls: dict[str, str] = {}
         self.admin_urls: dict[str, str] = {}
+        self.gateway_urls: list[str] = []
         self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._lock = threading.RLock()  # children and embedded servers vs the supervisor
+        self._supervisor: threading.Thread | None = None
+        self._embedded_restarts: dict[str, RestartState] = {}
 
     # ------------------------------------------------------------------ start / stop
     @property
@@ -99,6 +130,11 @@ class Stack:
         except BaseException:
             self.stop()
             raise
+        if self.config.restart:
+            self._supervisor = threading.Thread(
+                target=self._supervise, name="launcher-supervisor", daemon=True
+            )
+            self._supervisor.start()
 
     def _start(self) -> None:
         c = self.config
@@ -107,11 +143,23 @@ class Stack:
         self.nats_url, srv = embedded.ensure("nats", c.nats_url)
         if srv:
             self.embedded.append(srv)
-            self.log(f"[launcher] no NATS at {c.nats_url}: started embedded one at {srv.url}")
+            self.log(
+                f"[launcher] no NATS at {redact_url(c.nats_url)}: started embedded one at {srv.url}"
+            )
         self.redis_url, srv = embedded.ensure("redis", c.redis_url)
         if srv:
             self.embedded.append(srv)
-            self.log(f"[launcher] no Redis at {c.redis_url}: started embedded one at {srv.url}")
+            self.log(
+                f"[launcher] no Redis at {redact_url(c.redis_url)}: started embedded one at {srv.url}"
+            )
+        if c.check_namespace and not any(e.kind == "nats" for e in self.embedded):
+            foreign = namespace_in_use(self._bus_settings(), Names(c.namespace), c.pool)
+            if foreign:
+                raise StackError(
+                    f"namespace '{c.namespace}' is already in use on {redact_url(self.nats_url)} "
+                    f"({foreign}): another stack would answer this one's predictions and "
+                    "route to its pods; set HEADROOM_NAMESPACE to a name of your own"
+                )
 
         pod_ports = [embedded.free_port(c.host) for _ in range(c.pods)]
         names = [f"pod-{i}" for i in range(c.pods)]
@@ -151,15 +199,38 @@ class Stack:
             )
         started.append(self._admin_service("trainer", "trainer", "HEADROOM_TRAINER_", {}))
         self._wait(started)
-        gw = self._spawn(
-            "gateway",
-            "gateway",
-            {"HEADROOM_GATEWAY_HOST": c.host, "HEADROOM_GATEWAY_PORT": str(c.gateway_port)},
-            f"{self.gateway_url}/health",
-        )
-        # Up means the gateway already sees every pod as ready (first snapshots arrived).
-        gw.check = lambda body: body.get("pods", {}).get("ready", 0) >= c.pods
-        self._wait([gw])
+        gateways = []
+        for i in range(c.gateways):
+            port = c.gateway_port if i == 0 else embedded.free_port(c.host)
+            url = f"http://{c.host}:{port}"
+            self.gateway_urls.append(url)
+            gw = self._spawn(
+                "gateway" if i == 0 else f"gateway-{i}",
+                "gateway",
+                {
+                    "HEADROOM_GATEWAY_HOST": c.host,
+                    "HEADROOM_GATEWAY_PORT": str(port),
+                    # only this stack's pods, whatever a snapshot on NATS names
+                    "HEADROOM_GATEWAY_POD_ALLOW_URLS": ",".join(self.pod_urls.values()),
+                },
+                f"{url}/health",
+            )
+            # Up means the gateway already sees every pod as ready (first snapshots arrived).
+            gw.check = lambda body: body.get("pods", {}).get("ready", 0) >= c.pods
+            gateways.append(gw)
+        self._wait(gateways)
+
+    def _bus_settings(self):
+        """The connection settings the services get (the environment plus ``env["*"]``)."""
+        from shared.settings import CommonSettings
+
+        fields = CommonSettings.model_fields
+        given = {
+            k[len("HEADROOM_") :].lower(): v
+            for k, v in self.config.env.get("*", {}).items()
+            if k.startswith("HEADROOM_") and k[len("HEADROOM_") :].lower() in fields
+        }
+        return CommonSettings(**{**given, "nats_url": self.nats_url, "redis_url": self.redis_url})
 
     def _admin_service(self, name: str, service: str, prefix: str, env: dict[str, str]) -> Child:
         port = self._port_for(name)
@@ -192,9 +263,17 @@ class Stack:
             **c.env.get(service, {}),
             **c.env.get(name, {}),
         }
-        proc = subprocess.Popen(
+        child = Child(name, service, self._popen(service, full_env), health_url, env=full_env)
+        child.restart = RestartState(c.restart_policy, time.monotonic())
+        self.children.append(child)
+        self._start_pump(child)
+        return child
+
+    @staticmethod
+    def _popen(service: str, env: dict[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(
             [sys.executable, "-m", f"services.{service}"],
-            env=full_env,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -202,18 +281,88 @@ class Stack:
             text=True,
             bufsize=1,
         )
-        child = Child(name, service, proc, health_url)
-        self.children.append(child)
-        t = threading.Thread(target=self._pump, args=(child,), daemon=True)
-        t.start()
-        self._threads.append(t)
-        return child
 
-    def _pump(self, child: Child) -> None:
-        assert child.proc.stdout is not None
+    def _start_pump(self, child: Child) -> None:
+        t = threading.Thread(target=self._pump, args=(child, child.proc), daemon=True)
+        t.start()
+        self._threads = [x for x in self._threads if x.is_alive()]
+        self._threads.append(t)
+
+    def _pump(self, child: Child, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
         width = 12
-        for line in child.proc.stdout:
+        for line in proc.stdout:
             self.log(f"{child.name:<{width}}| {line.rstrip()}")
+
+    # ------------------------------------------------------------------ supervision
+    def child(self, name: str) -> Child:
+        for ch in self.children:
+            if ch.name == name:
+                return ch
+        raise KeyError(f"no service named {name!r} (have: {[c.name for c in self.children]})")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to the service ``name`` (or "nats"/"redis" when embedded); returns
+        the pid it went to. With ``restart`` on, an exit is restarted by the supervisor."""
+        with self._lock:
+            for srv in self.embedded:
+                if srv.kind == name:
+                    pid = srv.proc.pid
+                    srv.proc.send_signal(sig)
+                    return pid
+            ch = self.child(name)
+            ch.proc.send_signal(sig)
+            return ch.proc.pid
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.1):
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                now = time.monotonic()
+                for srv in self.embedded:
+                    self._supervise_embedded(srv, now)
+                for ch in self.children:
+                    self._supervise_child(ch, now)
+
+    def _supervise_child(self, ch: Child, now: float) -> None:
+        st = ch.restart
+        assert st is not None
+        if ch.proc.poll() is not None:
+            if st.restart_at is None:
+                delay = st.exited(now)
+                ch.healthy = False
+                self.log(f"[launcher] {ch.name} exited with code {ch.proc.returncode}; "
+                         f"restarting in {delay:.1f} s (restart #{st.restarts + 1})")  # fmt: skip
+            elif st.due(now):
+                ch.proc = self._popen(ch.service, ch.env)
+                st.restarted(now)
+                self._start_pump(ch)
+                self.log(f"[launcher] {ch.name} restarted (pid {ch.proc.pid})")
+        elif not ch.healthy and _healthy(ch.health_url, ch.check):
+            ch.healthy = True
+            down = now - (st.exited_at or now)
+            self.log(f"[launcher] {ch.name} is healthy again ({down:.1f} s after its exit)")
+
+    def _supervise_embedded(self, srv: embedded.EmbeddedServer, now: float) -> None:
+        st = self._embedded_restarts.setdefault(
+            srv.kind, RestartState(self.config.restart_policy, now)
+        )
+        if srv.alive:
+            return
+        if st.restart_at is None:
+            delay = st.exited(now)
+            self.log(f"[launcher] embedded {srv.kind} exited with code {srv.proc.returncode}; "
+                     f"restarting in {delay:.1f} s")  # fmt: skip
+        elif st.due(now):
+            try:
+                srv.restart()
+            except embedded.EmbeddedServerError as e:
+                self.log(f"[launcher] embedded {srv.kind} did not come back: {e}")
+                st.exited(now)
+                return
+            st.restarted(now)
+            self.log(f"[launcher] embedded {srv.kind} restarted at {srv.url}")
 
     def _wait(self, children: list[Child]) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -241,6 +390,9 @@ class Stack:
                 time.sleep(0.1)
 
     def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=5.0)
         for ch in reversed(self.children):
             if ch.proc.poll() is None:
                 ch.proc.terminate()
@@ -268,17 +420,68 @@ class Stack:
             '{"model": "%s", "prompt": "Say hello", "max_tokens": 16}' % c.model  # noqa: UP031
         )
         admin = ", ".join(f"{n} {u}" for n, u in self.admin_urls.items())
+        replicas = f" (replicas: {', '.join(self.gateway_urls)})" if c.gateways > 1 else ""
         return (
-            f"Headroom is up: gateway {self.gateway_url} (metrics {self.gateway_url}/metrics), "
+            f"Headroom is up: gateway {self.gateway_url}{replicas} "
+            f"(metrics {self.gateway_url}/metrics), "
             f"admin endpoints (/health, /metrics): {admin}, "
-            f"{len(self.pod_urls)} pods, {c.predictors} predictors, NATS {self.nats_url}, "
-            f"Redis {self.redis_url}, namespace {c.namespace}. Try: curl -s "
+            f"{len(self.pod_urls)} pods, {c.predictors} predictors, "
+            f"NATS {redact_url(self.nats_url)}, Redis {redact_url(self.redis_url)}, "
+            f"namespace {c.namespace}, "
+            f"{'restarting services that exit' if c.restart else 'no restarts'}. Try: curl -s "
             f"{self.gateway_url}/v1/completions -H 'Content-Type: application/json' -d '{body}'"
         )
 
 
+def namespace_in_use(bus, names: Names, pool: str, listen_s: float = 0.5) -> str:
+    """Why ``names``' namespace looks used by another stack on the NATS of ``bus`` (the
+    services' connection settings; "" if not): something answers its predict subject, or
+    pod snapshots arrive on its pool's subject."""
+    return asyncio.run(_namespace_in_use(bus, names, pool, listen_s))
+
+
+async def _namespace_in_use(bus, names: Names, pool: str, listen_s: float) -> str:
+    import nats
+    import nats.errors
+
+    from shared.bus import nats_options
+
+    async def _quiet(_: Exception) -> None:
+        return None
+
+    try:
+        nc = await nats.connect(
+            bus.nats_url, connect_timeout=2.0, allow_reconnect=False, error_cb=_quiet,
+            **nats_options(bus),
+        )  # fmt: skip
+    except Exception:  # unreachable or refused: the services will say so themselves
+        return ""
+    try:
+        snapshots = 0
+
+        async def on_snapshot(_msg) -> None:
+            nonlocal snapshots
+            snapshots += 1
+
+        sub = await nc.subscribe(names.pod_snapshots(pool), cb=on_snapshot)
+        why = []
+        try:
+            await nc.request(names.predict, b"headroom-namespace-probe", timeout=listen_s)
+            why.append(f"a predictor answers {names.predict}")
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            pass
+        await asyncio.sleep(max(0.0, listen_s - 0.05))
+        await sub.unsubscribe()
+        if snapshots:
+            why.append(f"pod snapshots arrive on {names.pod_snapshots(pool)}")
+        return "; ".join(why)
+    finally:
+        await nc.close()
+
+
 def run_foreground(config: StackConfig) -> int:
-    """`headroom up`: start, print the ready line, stream logs until Ctrl-C or a child dies."""
+    """`headroom up`: start, print the ready line, stream logs until Ctrl-C (or, without
+    ``restart``, until a child dies)."""
     import signal
 
     stack = Stack(config)
@@ -297,7 +500,7 @@ def run_foreground(config: StackConfig) -> int:
     print(stack.ready_line(), flush=True)
     code = 0
     while not stopping.wait(0.5):
-        dead = stack.failed_child()
+        dead = None if config.restart else stack.failed_child()
         if dead:
             print(f"[launcher] {dead.name} exited with code {dead.proc.returncode}", flush=True)
             code = 1

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from shared.bus import connect_redis
+from shared.bus import connect_redis, nats_options, redact_url
 from shared.model_store import (
     append_history,
     current_version,
@@ -94,22 +94,24 @@ def _json(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
-async def _connect_nats(url: str):
-    """One connection attempt, no reconnect loop (a CLI must not hang on a dead server)."""
+async def _connect_nats(bus: CommonSettings):
+    """One connection attempt, no reconnect loop (a CLI must not hang on a dead server),
+    with the settings' credentials and TLS (shared/bus.py)."""
     import nats
 
     async def _quiet(_: Exception) -> None:
         return None
 
     return await nats.connect(
-        url, name="headroom-model-cli", connect_timeout=2.0, allow_reconnect=False,
+        bus.nats_url, name="headroom-model-cli", connect_timeout=2.0, allow_reconnect=False,
         max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,
+        **nats_options(bus),
     )  # fmt: skip
 
 
-async def _announce(nats_url: str, names: Names, version: str, created_at: float) -> bool:
+async def _announce(bus: CommonSettings, names: Names, version: str, created_at: float) -> bool:
     try:
-        nc = await asyncio.wait_for(_connect_nats(nats_url), 5.0)
+        nc = await asyncio.wait_for(_connect_nats(bus), 5.0)
     except Exception as e:
         print(f"warning: could not announce on NATS ({e}); predictors switch at their "
               "next periodic check", file=sys.stderr)  # fmt: skip
@@ -122,15 +124,15 @@ async def _announce(nats_url: str, names: Names, version: str, created_at: float
     return True
 
 
-async def _run(args: argparse.Namespace, redis_url: str, nats_url: str, names: Names) -> int:
-    r = connect_redis(redis_url)
+async def _run(args: argparse.Namespace, bus: CommonSettings, names: Names) -> int:
+    r = connect_redis(bus)
     try:
-        return await COMMANDS[args.command](args, r, names, nats_url)
+        return await COMMANDS[args.command](args, r, names, bus)
     finally:
         await r.aclose()
 
 
-async def cmd_list(args, r, names: Names, nats_url: str) -> int:
+async def cmd_list(args, r, names: Names, bus: CommonSettings) -> int:
     rows = await list_versions(r, names)
     current = await current_version(r, names)
     if args.json:
@@ -149,7 +151,7 @@ async def cmd_list(args, r, names: Names, nats_url: str) -> int:
     return 0
 
 
-async def cmd_show(args, r, names: Names, nats_url: str) -> int:
+async def cmd_show(args, r, names: Names, bus: CommonSettings) -> int:
     version = args.version or await current_version(r, names)
     if version is None:
         raise CliError("no current model version")
@@ -158,7 +160,7 @@ async def cmd_show(args, r, names: Names, nats_url: str) -> int:
     return 0
 
 
-async def cmd_history(args, r, names: Names, nats_url: str) -> int:
+async def cmd_history(args, r, names: Names, bus: CommonSettings) -> int:
     records = await read_history(r, names, args.n)
     if args.json:
         print(_json(records))
@@ -173,7 +175,7 @@ async def cmd_history(args, r, names: Names, nats_url: str) -> int:
     return 0
 
 
-async def cmd_rollback(args, r, names: Names, nats_url: str) -> int:
+async def cmd_rollback(args, r, names: Names, bus: CommonSettings) -> int:
     try:
         previous = await set_current(r, names, args.version)
     except SchemaError as e:
@@ -191,13 +193,13 @@ async def cmd_rollback(args, r, names: Names, nats_url: str) -> int:
         },
     )
     meta = await read_meta(r, names, args.version)
-    announced = await _announce(nats_url, names, args.version, meta.created_at)
+    announced = await _announce(bus, names, args.version, meta.created_at)
     print(f"current model: {args.version} (was {previous}); "
           f"{'announced to predictors' if announced else 'not announced'}")  # fmt: skip
     return 0
 
 
-async def cmd_export(args, r, names: Names, nats_url: str) -> int:
+async def cmd_export(args, r, names: Names, bus: CommonSettings) -> int:
     version = args.version or await current_version(r, names)
     if version is None:
         raise CliError("no current model version")
@@ -211,7 +213,7 @@ async def cmd_export(args, r, names: Names, nats_url: str) -> int:
     return 0
 
 
-async def cmd_import(args, r, names: Names, nats_url: str) -> int:
+async def cmd_import(args, r, names: Names, bus: CommonSettings) -> int:
     try:
         data = await asyncio.to_thread(Path(args.file).read_bytes)
     except OSError as e:
@@ -225,19 +227,19 @@ async def cmd_import(args, r, names: Names, nats_url: str) -> int:
         raise CliError(f"refused {args.file}: {e}") from e
     announced = False
     if not args.no_activate:
-        announced = await _announce(nats_url, names, meta.version, meta.created_at)
+        announced = await _announce(bus, names, meta.version, meta.created_at)
     state = "current" if not args.no_activate else "kept, not current"
     print(f"imported {args.file} as {meta.version} ({state}"
           f"{', announced' if announced else ''})")  # fmt: skip
     return 0
 
 
-async def cmd_flush(args, r, names: Names, nats_url: str) -> int:
+async def cmd_flush(args, r, names: Names, bus: CommonSettings) -> int:
 
     try:
-        nc = await asyncio.wait_for(_connect_nats(nats_url), 5.0)
+        nc = await asyncio.wait_for(_connect_nats(bus), 5.0)
     except Exception as e:
-        raise CliError(f"cannot reach NATS at {nats_url}: {e}") from e
+        raise CliError(f"cannot reach NATS at {redact_url(bus.nats_url)}: {e}") from e
     try:
         msg = await nc.request(names.trainer_flush, b"{}", timeout=args.timeout)
     except Exception as e:
@@ -291,11 +293,13 @@ def main(argv: list[str]) -> int:
     """Entry point for ``headroom model ...``; returns the exit status."""
     args = build_parser().parse_args(argv)
     common = CommonSettings()
+    bus = common.model_copy(
+        update={"redis_url": args.redis_url or common.redis_url,
+                "nats_url": args.nats_url or common.nats_url}
+    )  # fmt: skip
     try:
         names = Names(args.namespace or common.namespace)
-        return asyncio.run(
-            _run(args, args.redis_url or common.redis_url, args.nats_url or common.nats_url, names)
-        )
+        return asyncio.run(_run(args, bus, names))
     except (CliError, SchemaError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -60,6 +61,25 @@ class EmbeddedServer:
     url: str
     proc: subprocess.Popen
     workdir: tempfile.TemporaryDirectory = field(repr=False)
+    cmd: list[str] = field(default_factory=list, repr=False)  # how it was started (restart)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def crash(self, sig: int = signal.SIGKILL) -> None:
+        """Kill it like a crash (its directory, e.g. NATS's JetStream store, stays)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait()
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """Start it again with the same command: same port, same directory (NATS finds its
+        JetStream store again; Redis, which persists nothing, comes back empty)."""
+        if self.proc.poll() is None:
+            raise EmbeddedServerError(f"embedded {self.kind} at {self.url} is still running")
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_port(self.proc, self.url, self.kind, timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:
@@ -84,17 +104,25 @@ def _wait_port(proc: subprocess.Popen, url: str, kind: str, timeout: float = 10.
     raise EmbeddedServerError(f"embedded {kind} did not listen on {url} within {timeout}s")
 
 
-def start_nats() -> EmbeddedServer:
+def start_server(
+    kind: str, cmd: list[str], url: str, work: tempfile.TemporaryDirectory
+) -> EmbeddedServer:
+    """Run ``cmd`` (a server listening at ``url``) until its port answers."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_port(proc, url, kind)
+    return EmbeddedServer(kind, url, proc, work, cmd)
+
+
+def start_nats(extra_args: tuple[str, ...] = ()) -> EmbeddedServer:
+    """nats-server with JetStream, its store in its own temporary directory."""
     port = free_port()
     work = tempfile.TemporaryDirectory(prefix="headroom-nats-")
     cmd = [find_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", work.name]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"nats://127.0.0.1:{port}"
-    _wait_port(proc, url, "nats-server")
-    return EmbeddedServer("nats", url, proc, work)
+    return start_server("nats", [*cmd, *extra_args], f"nats://127.0.0.1:{port}", work)
 
 
-def start_redis() -> EmbeddedServer:
+def start_redis(extra_args: tuple[str, ...] = ()) -> EmbeddedServer:
+    """redis-server that persists nothing (a restart comes back empty)."""
     port = free_port()
     work = tempfile.TemporaryDirectory(prefix="headroom-redis-")
     cmd = [
@@ -102,10 +130,7 @@ def start_redis() -> EmbeddedServer:
         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
         "--dir", work.name,
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    _wait_port(proc, url, "redis-server")
-    return EmbeddedServer("redis", url, proc, work)
+    return start_server("redis", [*cmd, *extra_args], f"redis://127.0.0.1:{port}/0", work)
 
 
 def ensure(kind: str, url: str) -> tuple[str, EmbeddedServer | None]:

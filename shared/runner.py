@@ -161,11 +161,16 @@ def run_service(
     after logging is set up) builds the process's :class:`~shared.telemetry.Telemetry`, the
     service is ``factory(telemetry)``, and the telemetry is flushed and shut down at exit.
     """
+    from shared.bus import BusAuthError
+
     setup_logging(name, log_level)
     tel = telemetry() if telemetry is not None else None
     try:
         with asyncio.Runner(loop_factory=loop_factory(fast_loop)) as runner:
             runner.run(serve(name, factory() if tel is None else factory(tel)))
+    except BusAuthError as e:  # refused credentials or TLS: one clear line, no traceback
+        log.error("%s cannot start: %s", name, e)
+        raise SystemExit(1) from None
     finally:
         if tel is not None:
             tel.shutdown()

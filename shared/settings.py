@@ -9,7 +9,7 @@ service's entry point (or a test) by calling the class.
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,3 +35,37 @@ class CommonSettings(BaseSettings):
     )
     pool: str = _common("pool", "default", "Name of the inference pool (group of pods)")
     log_level: str = _common("log_level", "INFO", "Python log level")
+
+    # --- bus security (shared/bus.py builds every connection from these; never logged) ---
+    nats_user: str = _common("nats_user", "", "NATS user (user/password authentication)")
+    nats_password: SecretStr = _common("nats_password", SecretStr(""), "NATS password")
+    nats_token: SecretStr = _common("nats_token", SecretStr(""), "NATS authentication token")
+    nats_nkey_seed_file: str = _common(
+        "nats_nkey_seed_file", "", "File holding this service's NATS nkey seed (SU...)"
+    )
+    nats_creds_file: str = _common(
+        "nats_creds_file", "", "NATS credentials file (user JWT and nkey seed, decentralised auth)"
+    )
+    nats_tls_ca_file: str = _common(
+        "nats_tls_ca_file", "", "CA bundle that signs the NATS server's certificate (turns TLS on)"
+    )
+    nats_tls_cert_file: str = _common(
+        "nats_tls_cert_file", "", "Client certificate for NATS mutual TLS (turns TLS on)"
+    )
+    nats_tls_key_file: str = _common("nats_tls_key_file", "", "Key of the NATS client certificate")
+    nats_tls_hostname: str = _common(
+        "nats_tls_hostname", "", "Name to verify the NATS server's certificate against"
+    )
+    redis_username: str = _common("redis_username", "", "Redis ACL user (Redis 6+)")
+    redis_password: SecretStr = _common("redis_password", SecretStr(""), "Redis password")
+    redis_tls_ca_file: str = _common(
+        "redis_tls_ca_file",
+        "",
+        "CA bundle that signs the Redis server's certificate (turns TLS on)",
+    )
+    redis_tls_cert_file: str = _common(
+        "redis_tls_cert_file", "", "Client certificate for Redis mutual TLS (turns TLS on)"
+    )
+    redis_tls_key_file: str = _common(
+        "redis_tls_key_file", "", "Key of the Redis client certificate"
+    )

@@ -32,7 +32,7 @@ from services.collector.metrics import CollectorMetrics
 from services.collector.scraper import ScrapeOutcome, Scraper, error_record
 from services.collector.settings import CollectorSettings
 from shared.admin import start_admin_server
-from shared.bus import connect_nats
+from shared.bus import connect_nats, redact_url
 from shared.schemas import PodRecord, PodSnapshot
 from shared.subjects import Names
 from shared.telemetry import Telemetry
@@ -313,8 +313,8 @@ class CollectorService:
         self._admin = await start_admin_server(
             s.admin_host, s.admin_port, self.metrics.registry, self.health
         )
-        log.info("connecting to NATS at %s", s.nats_url)
-        self._nc = await connect_nats(s.nats_url, f"collector-{s.pool}")
+        log.info("connecting to NATS at %s", redact_url(s.nats_url))
+        self._nc = await connect_nats(s, f"collector-{s.pool}")
         timeout_s = s.scrape_timeout_ms / 1000
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=max(30.0, timeout_s)),

@@ -164,10 +164,13 @@ class FrontDoor:
     def _make_limiter(self) -> RedisLimiter:
         from redis.asyncio import Redis
 
+        from shared.bus import redis_options
+
         s = self.settings
         timeout = s.ratelimit_timeout_ms / 1000
-        redis = Redis.from_url(s.redis_url, socket_timeout=timeout,
-                               socket_connect_timeout=timeout)  # fmt: skip
+        url, auth = redis_options(s)  # the bus settings' ACL user/password and TLS
+        redis = Redis.from_url(url, socket_timeout=timeout,
+                               socket_connect_timeout=timeout, **auth)  # fmt: skip
         return RedisLimiter(redis, self.names, self.registry, on_error=s.ratelimit_on_redis_error,
                             retry_s=s.ratelimit_retry_s)  # fmt: skip
 

@@ -21,9 +21,12 @@ from nats.aio.msg import Msg
 
 from services.gateway import limits, tracing
 from services.gateway.access import FrontDoor
+from services.gateway.breaker import BreakerConfig
 from services.gateway.errors import GatewayError
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import Kind, ParsedRequest
+from services.gateway.outliers import OutlierEjector
+from services.gateway.pod_allowlist import PodAllowlist, parse_list
 from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import request_tokens
@@ -38,7 +41,7 @@ from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.scheduling.scheduler import Scheduler
 from services.gateway.settings import GatewaySettings
-from shared.bus import connect_nats, ensure_samples_stream
+from shared.bus import BusAuthError, connect_nats, ensure_samples_stream
 from shared.drift import DriftTracker
 from shared.schemas import PodSnapshot, SchemaError
 from shared.subjects import Names
@@ -119,11 +122,20 @@ class Gateway:
             settings.prefix_index_blocks,
             settings.prefix_index_auto_capacity,
         )
+        self.outliers = OutlierEjector(
+            settings.pod_eject_s, max(settings.pod_eject_max_s, settings.pod_eject_s)
+        )
+        self.allowlist = PodAllowlist(
+            parse_list(settings.pod_allow_cidrs), parse_list(settings.pod_allow_urls)
+        )
+        self._discovery = None  # the allowlist's Kubernetes watch, when configured
+        self._refusals_logged: dict[str, float] = {}  # url -> last warning (bounded)
         self.nc: NATS | None = None
         self.pod_client: PodClient | None = None  # keep-alive HTTP to the pods
         self.predictor: PredictorClient | None = None
         self.samples: SamplePublisher | None = None
         self._model_version: str | None = None  # last version the predictors answered with
+        self.start_error: BaseException | None = None  # why start() failed (server.py says it)
         # decoding and tokenizing large bodies (services/gateway/limits.py): few threads, so
         # the event loop's thread still gets the GIL most of the time
         self._offload = ThreadPoolExecutor(
@@ -133,8 +145,26 @@ class Gateway:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        if s.pod_allow_k8s_label_selector:
+            from services.collector.k8s_discovery import KubernetesDiscovery
+
+            disc = KubernetesDiscovery(
+                s.pod_allow_k8s_label_selector, namespace=s.pod_allow_k8s_namespace,
+                port=s.pod_allow_k8s_port, scheme=s.pod_allow_k8s_scheme,
+                api_url=s.pod_allow_k8s_api_url,
+            )  # fmt: skip
+            await disc.start()
+            self._discovery = disc
+            self.allowlist.discovered = lambda: (t.url for t in disc.targets())
+        if not self.allowlist.enforced:
+            log.warning("no pod allowlist (HEADROOM_GATEWAY_POD_ALLOW_*): any pod a snapshot "
+                        "on NATS names may be routed to")  # fmt: skip
         await self.front.start()  # key-file watch, rate limiter (the files were read in __init__)
-        self.nc = await connect_nats(s.nats_url, f"gateway-{s.pool}")
+        try:
+            self.nc = await connect_nats(s, f"gateway-{s.pool}")
+        except BusAuthError as e:
+            self.start_error = e
+            raise
         js = self.nc.jetstream()
         await ensure_samples_stream(js, self.names)
         self.predictor = PredictorClient(
@@ -143,6 +173,11 @@ class Gateway:
             s.predict_timeout_ms / 1000,
             registry=self.metrics.registry,
             telemetry=self.tel,
+            breaker=BreakerConfig(
+                s.predict_breaker_failures,
+                s.predict_breaker_open_s,
+                max(s.predict_breaker_max_open_s, s.predict_breaker_open_s),
+            ),
         )
         self.samples = SamplePublisher(
             self.nc,
@@ -152,15 +187,19 @@ class Gateway:
             linger_s=s.sample_linger_ms / 1000,
             max_batch=s.sample_max_batch,
             telemetry=self.tel,
+            max_pending=s.sample_max_pending,
         )
         await self.samples.start()
         await self.nc.subscribe(self.names.pod_snapshots(s.pool), cb=self._on_snapshot_msg)
         self.pod_client = PodClient(
-            connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s
-        )
+            connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s,
+            first_byte_timeout_s=s.pod_first_byte_timeout_s or None,
+        )  # fmt: skip
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
+        if self._discovery is not None:
+            await self._discovery.stop()
         self._offload.shutdown(wait=False, cancel_futures=True)
         await self.front.stop()
         if self.samples is not None:
@@ -192,10 +231,37 @@ class Gateway:
         if snap.pool != self.settings.pool:
             self.metrics.snapshots_invalid.labels("wrong_pool").inc()
             return
+        refused = self.allowlist.refusals(p.url for p in snap.pods)
+        if refused:  # a snapshot must not send prompts anywhere: drop all of it
+            self.metrics.snapshots_invalid.labels("pod_not_allowed").inc()
+            for url, why in refused:
+                self.metrics.pods_refused.labels(why).inc()
+                self._log_refusal(url, why)
+            return
         self.view.apply_snapshot(snap)
         self.index.sync(snap.pods)
         self.metrics.snapshots.inc()
         self.update_pod_gauges()
+
+    def _log_refusal(self, url: str, why: str) -> None:
+        """A warning per refused pod URL at most once a minute (at most 256 URLs kept)."""
+        now = time.monotonic()
+        if now - self._refusals_logged.get(url, -1e9) < 60.0:
+            return
+        if len(self._refusals_logged) >= 256:
+            self._refusals_logged.clear()
+        self._refusals_logged[url] = now
+        log.warning("dropped a pod snapshot naming %s, which the pod allowlist does not admit "
+                    "(%s)", url, why)  # fmt: skip
+
+    def pod_failed(self, pod: str, reason: str) -> None:
+        """A request to ``pod`` failed (before its first byte or mid-stream): leave the pod
+        out of routing for a while (services/gateway/outliers.py)."""
+        if self.outliers.enabled:
+            span = self.outliers.failed(pod, self.clock())
+            self.metrics.pod_ejections.labels(reason).inc()
+            log.warning("pod %s left out of routing for %.0f s after a failed request (%s)",
+                        pod, span, reason)  # fmt: skip
 
     def update_pod_gauges(self) -> None:
         counts = self.view.counts(self.clock())
@@ -272,14 +338,15 @@ class Gateway:
     ) -> RoutingDecision:
         obj = objectives or RequestObjectives()
         now = self.clock()
-        cands = self.view.candidates(req.model, now)
+        cands = self.outliers.filter(self.view.candidates(req.model, now), now)
         if not cands:
             raise self._no_candidate_error(req.model, now)
         if req.tokens is None and req.size > self.settings.offload_bytes:
             tokens, longest = await self.prompt_tokens(req)
             # the loads changed while the prompt was tokenized (requests of the same burst
             # were dispatched meanwhile): read them again, or the burst lands on one pod
-            cands = self.view.candidates(req.model, self.clock()) or cands
+            later = self.clock()
+            cands = self.outliers.filter(self.view.candidates(req.model, later), later) or cands
         else:
             tokens, longest = await self.prompt_tokens(req)
         cands = self._fitting(cands, req, longest)
@@ -290,7 +357,10 @@ class Gateway:
         hashes = self.index.hashes(tokens)
         waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes)
         try:
-            cands = flow.route_among(waiter, self.view.candidates(req.model, self.clock()))
+            now = self.clock()
+            cands = flow.route_among(
+                waiter, self.outliers.filter(self.view.candidates(req.model, now), now)
+            )
             if not cands:
                 raise self._no_candidate_error(req.model, self.clock())
             cands = self._fitting(cands, req, longest)

@@ -12,6 +12,7 @@ from services.gateway.api_keys import KeyFileError
 from services.gateway.scheduling.params import ConfigError
 from services.gateway.server import RunningGateway, start_gateway
 from services.gateway.settings import GatewaySettings
+from shared.bus import verify_nats
 from shared.pod_credentials import PodCredentialError
 from shared.runner import run_service
 from shared.telemetry import Telemetry, setup_telemetry
@@ -41,7 +42,9 @@ class GatewayProcess:
 
     async def start(self) -> None:
         # waits for NATS as long as it takes; SIGTERM/SIGINT during start-up aborts it
-        # (GatewayStartupInterrupted is a shared.runner.StartAborted)
+        # (GatewayStartupInterrupted is a shared.runner.StartAborted). Credentials are
+        # checked first, so a refusal ends the process with one clear line (shared/runner)
+        await verify_nats(self.settings, f"gateway-{self.settings.pool}")
         self.running = await start_gateway(
             self.settings, startup_timeout_s=None, telemetry=self.telemetry
         )

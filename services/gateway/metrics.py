@@ -65,6 +65,17 @@ class GatewayMetrics:
             "headroom_gateway_snapshots_invalid", "Pod snapshot messages dropped, by reason",
             ["reason"], registry=r,
         )  # fmt: skip
+        self.pod_ejections = Counter(
+            "headroom_gateway_pod_ejections",
+            "Pods left out of routing for a while after a failed request, by failure reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.pods_refused = Counter(
+            "headroom_gateway_snapshot_pods_refused",
+            "Pods named by a pod snapshot that the pod allowlist does not admit (the snapshot "
+            "is dropped), by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
         self.in_flight = Gauge(
             "headroom_gateway_in_flight_requests", "Requests being proxied", registry=r
         )

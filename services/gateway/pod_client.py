@@ -30,6 +30,10 @@ class PodIOError(Exception):
     """The connection or the HTTP exchange with a pod failed."""
 
 
+class FirstByteTimeout(PodIOError):
+    """The pod sent no response head within the client's ``first_byte_timeout_s``."""
+
+
 class BodyListener(Protocol):
     """Receives a response body in push mode, from the connection's protocol callbacks."""
 
@@ -245,13 +249,16 @@ class _Connection(asyncio.Protocol):
         self.watchdog = None
         if not self.in_use or self.complete or self.error is not None:
             return
-        timeout = self.client.read_timeout_s
+        timeout = self.client.silence_limit(self.headers_done)
         now = self.loop.time()
         waiting = self.waiter is not None or (self.listener is not None and not self.paused)
         if not waiting:  # nobody is waiting for data (the reader is busy, paused): later
             self.watchdog = self.loop.call_at(now + timeout, self._check_silence)
         elif now - self.last_data >= timeout:
-            self._fail(PodIOError(f"no data from the pod for {timeout:g} s"))
+            if timeout < self.client.read_timeout_s:  # the first-byte timeout ran out
+                self._fail(FirstByteTimeout(f"no response from the pod within {timeout:g} s"))
+            else:
+                self._fail(PodIOError(f"no data from the pod for {timeout:g} s"))
         else:  # data came meanwhile: check again when the silence could have run out
             self.watchdog = self.loop.call_at(self.last_data + timeout, self._check_silence)
 
@@ -267,7 +274,7 @@ class _Connection(asyncio.Protocol):
         self.last_data = self.loop.time()
         self._disarm()
         self.watchdog = self.loop.call_at(
-            self.last_data + self.client.read_timeout_s, self._check_silence
+            self.last_data + self.client.silence_limit(False), self._check_silence
         )
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
@@ -360,9 +367,13 @@ class PodClient:
         keepalive_s: float = 4.0,
         max_idle_per_pod: int = 256,
         max_buffered: int = 1 << 20,
+        first_byte_timeout_s: float | None = None,
     ) -> None:
+        """``first_byte_timeout_s``: longest wait for the response head of a request (a
+        pod that accepted the connection but hangs); None: ``read_timeout_s``."""
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+        self.first_byte_timeout_s = first_byte_timeout_s
         self.keepalive_s = keepalive_s
         self.max_idle_per_pod = max_idle_per_pod
         self.max_buffered = max_buffered
@@ -372,6 +383,14 @@ class PodClient:
         self._ssl: ssl.SSLContext | None = None
         self.connects = 0  # new connections made (for tests and benchmarks)
         self.closed = False
+
+    def silence_limit(self, headers_done: bool) -> float:
+        """How long a request may go without data: before its response head, the
+        first-byte timeout (when set and shorter), after it the read timeout."""
+        fb = self.first_byte_timeout_s
+        if headers_done or fb is None or fb >= self.read_timeout_s:
+            return self.read_timeout_s
+        return fb
 
     def target(self, url: str) -> _Target:
         t = self._targets.get(url)

@@ -13,7 +13,15 @@ back; measured ~50 us less round trip and CPU per call, docs/benchmarks.md "Hot 
 Never raises: a failed call comes back as a fallback reason, and the request is routed by
 the composite score instead. Reasons: ``no_model`` (predictor answered not_ready),
 ``timeout`` (the call's deadline passed), ``no_responders`` (no predictor subscribed),
-``error`` (anything else, including an invalid reply).
+``error`` (anything else, including an invalid reply), ``circuit_open`` (not sent: the
+predictors are known to be down).
+
+A circuit breaker (services/gateway/breaker.py) watches the outcomes: after a few
+consecutive timeouts or errors (frozen predictors, an unreachable bus) calls are skipped at
+once instead of each waiting out its deadline (absent predictors cost no wait: NATS answers
+"no responders" within a round trip, so that outcome does not open it),
+and a probe (one real call, sent in the background so no request waits for it) finds out
+when the predictors answer again. ``headroom_gateway_predictor_circuit`` holds the state.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -31,8 +40,9 @@ import numpy as np
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanContext, SpanKind
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from services.gateway.breaker import STATES, BreakerConfig, CircuitBreaker
 from services.gateway.coalescer import BatchResult, Coalescer, CoalescerConfig
 from services.gateway.scheduling.prediction import Prediction
 from shared import trace_context, wire
@@ -52,6 +62,11 @@ REASON_NO_MODEL = "no_model"
 REASON_TIMEOUT = "timeout"
 REASON_NO_RESPONDERS = "no_responders"
 REASON_ERROR = "error"
+REASON_CIRCUIT_OPEN = "circuit_open"
+# outcomes that open the breaker: the call cost its deadline (or failed). "no responders"
+# is not one: NATS says so within a round trip, and a predictor that subscribes again is
+# used by the very next call.
+_FAILURES = frozenset({REASON_TIMEOUT, REASON_ERROR})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +91,32 @@ class _Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=registry,
         )
+        self.circuit = Gauge(
+            "headroom_gateway_predictor_circuit",
+            "Predictor circuit breaker: 1 for the current state (closed|open|half_open)",
+            ["state"],
+            registry=registry,
+        )
+        self.circuit_transitions = Counter(
+            "headroom_gateway_predictor_circuit_transitions",
+            "Predictor circuit breaker state changes, by the state entered",
+            ["state"],
+            registry=registry,
+        )
+        self.skipped = Counter(
+            "headroom_gateway_predict_skipped",
+            "Prediction calls not sent because the predictor circuit was open",
+            registry=registry,
+        )
+        self.probes = Counter(
+            "headroom_gateway_predict_probes",
+            "Background probe calls of the half-open predictor circuit, by result",
+            ["result"],
+            registry=registry,
+        )
+        for state in STATES:
+            self.circuit.labels(state).set(1.0 if state == "closed" else 0.0)
+            self.circuit_transitions.labels(state)
 
 
 def decode_reply(data: bytes, n_rows: int) -> BatchResult:
@@ -111,8 +152,13 @@ class PredictorClient:
         wire_format: Literal["binary", "json"] = "binary",
         registry: CollectorRegistry | None = None,
         telemetry: Telemetry | None = None,
+        breaker: BreakerConfig | None = None,
+        clock=time.monotonic,
     ) -> None:
         self.tel = telemetry or Telemetry.disabled("gateway")
+        self.breaker = CircuitBreaker(breaker)
+        self.clock = clock
+        self._probe: asyncio.Task | None = None
         self.nc = nc
         self.subject = subject
         self.timeout_s = timeout_s
@@ -162,6 +208,9 @@ class PredictorClient:
 
     async def close(self) -> None:
         """Wait for the batches in flight, then drop the reply subscription."""
+        if self._probe is not None:
+            with contextlib.suppress(BaseException):
+                await self._probe
         await self.coalescer.close()
         if self._sub is not None:
             with contextlib.suppress(Exception):
@@ -179,6 +228,13 @@ class PredictorClient:
         if arr.ndim != 2 or arr.shape[1] != len(FEATURES):
             log.warning("predict called with rows of shape %s", arr.shape)
             return PredictOutcome(None, reason=REASON_ERROR)
+        verdict = self.breaker.allow(self.clock())
+        if verdict != "call":
+            if verdict == "probe":
+                self._start_probe(arr)
+            if self._metrics is not None:
+                self._metrics.skipped.inc()
+            return PredictOutcome(None, reason=REASON_CIRCUIT_OPEN)
         if self.tel.enabled:
             r = await self._traced_submit(arr, timeout)
         else:
@@ -212,6 +268,16 @@ class PredictorClient:
         timeout_s: float,
         traces: list[SpanContext] | None = None,
     ) -> BatchResult:
+        """The coalescer's transport: one request, counted and seen by the breaker."""
+        return self._count(await self._send_once(rows, segments, timeout_s, traces))
+
+    async def _send_once(
+        self,
+        rows: np.ndarray,
+        segments: list[int],
+        timeout_s: float,
+        traces: list[SpanContext] | None = None,
+    ) -> BatchResult:
         headers = None
         if traces:
             headers = {trace_context.TRACEPARENT: trace_context.traceparent(traces[0])}
@@ -226,15 +292,42 @@ class PredictorClient:
         try:
             msg = await self._request(payload, timeout_s, headers)
         except nats.errors.NoRespondersError:
-            return self._count(BatchResult(reason=REASON_NO_RESPONDERS))
+            return BatchResult(reason=REASON_NO_RESPONDERS)
         except TimeoutError:  # nats.errors.TimeoutError is one too
-            return self._count(BatchResult(reason=REASON_TIMEOUT))
+            return BatchResult(reason=REASON_TIMEOUT)
         except Exception as e:  # connection closed, draining, ...
             log.warning("prediction request failed: %s", e)
-            return self._count(BatchResult(reason=REASON_ERROR))
-        return self._count(decode_reply(msg.data, len(rows)))
+            return BatchResult(reason=REASON_ERROR)
+        return decode_reply(msg.data, len(rows))
 
     def _count(self, r: BatchResult) -> BatchResult:
         if self._metrics is not None:
             self._metrics.batches.labels(r.reason or "ok").inc()
+        self._observe(r, probe=False)
         return r
+
+    # --- circuit breaker --------------------------------------------------------------------
+    def _observe(self, r: BatchResult, *, probe: bool) -> None:
+        changed = self.breaker.record(r.reason not in _FAILURES, self.clock(), probe=probe)
+        if changed is None:
+            return
+        level = logging.INFO if changed == "closed" else logging.WARNING
+        log.log(level, "predictor circuit %s (last result: %s; next probe after %.1f s)",
+                changed, r.reason or "ok", self.breaker.open_for_s)  # fmt: skip
+        if self._metrics is not None:
+            for state in STATES:
+                self._metrics.circuit.labels(state).set(1.0 if state == changed else 0.0)
+            self._metrics.circuit_transitions.labels(changed).inc()
+
+    def _start_probe(self, rows: np.ndarray) -> None:
+        """Send one real call in the background; its outcome decides the breaker."""
+        self._probe = asyncio.get_running_loop().create_task(self._run_probe(rows.copy()))
+
+    async def _run_probe(self, rows: np.ndarray) -> None:
+        r = BatchResult(reason=REASON_ERROR)
+        try:
+            r = await self._send_once(rows, [0], self.timeout_s)
+        finally:  # cancelled or failed: still an outcome, so the breaker never sticks
+            if self._metrics is not None:
+                self._metrics.probes.labels(r.reason or "ok").inc()
+            self._observe(r, probe=True)

@@ -147,6 +147,7 @@ async def _dispatch(
         except PodFailure as e:
             tracing.end_pod_call(span, error=e.reason)
             gw.view.on_finish(request_id)
+            gw.pod_failed(pod.name, e.reason)
             log.warning("pod %s failed before the first byte: %s", pod.name, e,
                         extra={"request_id": request_id, "pod": pod.name})  # fmt: skip
             if n + 1 < len(attempts):
@@ -166,6 +167,7 @@ async def _dispatch(
             gw.view.on_finish(request_id)
             raise
         routing.on_accepted(gw.index, decision.prepared, routed.index)
+        gw.outliers.succeeded(pod.name)
         ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span,
                        caller)  # fmt: skip
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
@@ -362,6 +364,7 @@ class _Exchange:
         if not self._settle():
             return
         tracing.end_pod_call(self.span, status=200, error=f"mid_stream_{reason}")
+        self.gw.pod_failed(self.routed.candidate.name, f"mid_stream_{reason}")
         log.warning("pod %s failed mid-stream (%s): %s", self.routed.candidate.name, reason, err,
                     extra={"request_id": self.request_id})  # fmt: skip
         self.gw.metrics.failed.labels(f"mid_stream_{reason}").inc()

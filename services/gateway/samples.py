@@ -47,7 +47,11 @@ class SamplePublisher:
         linger_s: float = 0.05,
         max_batch: int = 256,
         telemetry: Telemetry | None = None,
+        max_pending: int = 20_000,
     ) -> None:
+        """``max_pending``: samples buffered or awaiting their ack at most (while NATS is
+        unreachable they pile up until their timeout); past it new ones are dropped and
+        counted as failed, so an outage cannot grow the gateway's memory without bound."""
         self.tel = telemetry or Telemetry.disabled("gateway")
         self.nc = nc
         self.subject = subject
@@ -55,6 +59,8 @@ class SamplePublisher:
         self.timeout_s = timeout_s
         self.linger_s = linger_s
         self.max_batch = max(1, max_batch)
+        self.max_pending = max(1, max_pending)
+        self._queued = 0  # samples buffered or in a batch being published (not yet waiting)
         self._inbox = ""
         self._sub = None
         self._seq = itertools.count()
@@ -73,6 +79,9 @@ class SamplePublisher:
     # --- producing ------------------------------------------------------------------------
     def publish(self, sample: TrainingSample) -> None:
         """Validate, encode and buffer one sample (synchronous; never raises)."""
+        if self._queued + len(self._waiting) >= self.max_pending:
+            self._failed(sample.request_id, f"sample dropped: {self.max_pending} awaiting acks")
+            return
         try:
             sample.validate()
             data = sample.encode()
@@ -92,6 +101,7 @@ class SamplePublisher:
             trace_context.inject(headers, trace.set_span_in_context(span))
         token = str(next(self._seq))
         self._buffer.append((token, sample.request_id, data, headers, span))
+        self._queued += 1
         if len(self._buffer) >= self.max_batch:
             self._flush()
         elif self._timer is None:
@@ -113,11 +123,13 @@ class SamplePublisher:
         deadline = time.monotonic() + self.timeout_s
         for i, (token, request_id, data, headers, span) in enumerate(batch):
             self._waiting[token] = (request_id, deadline, span)
+            self._queued -= 1
             try:
                 await self.nc.publish(
                     self.subject, data, reply=f"{self._inbox}.{token}", headers=headers
                 )
             except Exception as e:  # connection closed or draining: the rest fails too
+                self._queued -= len(batch) - i - 1
                 for t, rid, _, _, sp in batch[i:]:
                     self._waiting.pop(t, None)
                     self._failed(rid, f"sample publish failed: {e}", sp)

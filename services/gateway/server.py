@@ -93,6 +93,8 @@ async def start_gateway(
             sock.close()
             if interrupted:
                 raise GatewayStartupInterrupted("gateway startup interrupted by a signal")
+            if app.gateway.start_error is not None:  # e.g. the bus refused the credentials
+                raise app.gateway.start_error
             why = "timed out" if timed_out else "failed"
             raise RuntimeError(f"gateway startup {why} (see the log for the cause)")
         await asyncio.sleep(0.02)

@@ -23,6 +23,18 @@ class GatewaySettings(CommonSettings):
         description="Deadline of one prediction request to the predictors (the profile's "
         "producer budgetMs caps it further)",
     )
+    predict_breaker_failures: int = Field(
+        3,
+        ge=0,
+        description="Consecutive failed prediction calls (timeouts, errors) after which calls "
+        "are skipped while the predictors are down, with a background probe (0: never skip)",
+    )
+    predict_breaker_open_s: float = Field(
+        0.5, gt=0, description="Skip prediction calls this long before the first probe"
+    )
+    predict_breaker_max_open_s: float = Field(
+        4.0, gt=0, description="Longest wait between probes while the predictors stay down"
+    )
     stale_after_s: float = Field(
         2.0, gt=0, description="A pod record older than this uses the gateway's own counts"
     )
@@ -42,6 +54,21 @@ class GatewaySettings(CommonSettings):
     pod_read_timeout_s: float = Field(
         300.0, gt=0, description="Longest silence tolerated while reading a pod's stream"
     )
+    pod_first_byte_timeout_s: float = Field(
+        10.0,
+        ge=0,
+        description="A pod that sends no response head this long after the request is "
+        "treated as failed before the first byte (retried on the next-ranked pod; 0: only "
+        "the read timeout)",
+    )
+    pod_eject_s: float = Field(
+        5.0,
+        ge=0,
+        description="A pod whose request failed (before the first byte or mid-stream) is left "
+        "out of routing this long, doubling with each further failure up to "
+        "POD_EJECT_MAX_S; a success ends it (0: never)",
+    )
+    pod_eject_max_s: float = Field(60.0, ge=0, description="Longest ejection of a failing pod")
     retry_before_first_byte: bool = Field(
         True, description="Retry once on the next-ranked pod when a pod fails before any byte"
     )
@@ -57,6 +84,35 @@ class GatewaySettings(CommonSettings):
     )
     sample_max_batch: int = Field(
         256, ge=1, description="A buffer of this many training samples is published at once"
+    )
+    pod_allow_cidrs: str = Field(
+        "",
+        description="Comma-separated CIDRs: a pod whose URL host is an IP inside one may be "
+        "routed to (pod allowlist; empty with the other two empty: any pod a snapshot names)",
+    )
+    pod_allow_urls: str = Field(
+        "", description="Comma-separated pod base URLs that may be routed to (pod allowlist)"
+    )
+    pod_allow_k8s_label_selector: str = Field(
+        "",
+        description="Pod allowlist from the gateway's own Kubernetes watch: pods with this "
+        "label selector (the collector's) may be routed to",
+    )
+    pod_allow_k8s_namespace: str = Field(
+        "", description="Namespace of that watch (default: the gateway's own)"
+    )
+    pod_allow_k8s_port: int = Field(
+        8000, ge=1, le=65535, description="Port of the pod URLs the watch admits"
+    )
+    pod_allow_k8s_scheme: str = Field("http", description="Scheme of the pod URLs it admits")
+    pod_allow_k8s_api_url: str = Field(
+        "", description="Kubernetes API URL of that watch (default: in-cluster, then kubeconfig)"
+    )
+    sample_max_pending: int = Field(
+        20_000,
+        ge=1,
+        description="Training samples buffered or awaiting their JetStream ack at most; "
+        "past it (a long NATS outage) new samples are dropped and counted as failed",
     )
     profiles_path: str = Field(
         "", description="Scheduling profiles YAML file (empty: the shipped profiles.yaml)"

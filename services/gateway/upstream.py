@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from services.gateway.pod_client import PodClient, PodIOError, PodResponse
+from services.gateway.pod_client import FirstByteTimeout, PodClient, PodIOError, PodResponse
 
 _EOF = "pod closed the stream before [DONE]"
 
@@ -340,6 +340,8 @@ async def open_stream(
     (``[DONE]`` may have come with them). Raises PodFailure or PodRejected."""
     try:
         resp = await client.post(url, path, body, headers)
+    except FirstByteTimeout as e:
+        raise PodFailure("first_byte_timeout", str(e)) from e
     except _NET_ERRORS as e:
         raise PodFailure("connect", f"{type(e).__name__}: {e}") from e
     if resp.status >= 500:

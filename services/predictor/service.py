@@ -34,7 +34,7 @@ from services.predictor.metrics import PredictorMetrics
 from services.predictor.settings import PredictorSettings
 from services.predictor.tracing import PredictTracing
 from shared.admin import start_admin_server
-from shared.bus import connect_nats, connect_redis
+from shared.bus import check_redis, connect_nats, connect_redis
 from shared.model_store import current_version, load_version
 from shared.runner import GcPauses
 from shared.schemas import ModelAnnouncement, SchemaError
@@ -89,8 +89,10 @@ class PredictorService:
     async def start(self) -> None:
         s = self.settings
         self._gc_pauses.install()
-        self._redis = connect_redis(s.redis_url)
-        self._nc = await connect_nats(s.nats_url, f"headroom-predictor-{s.replica_id}")
+        self._redis = connect_redis(s)
+        # refused credentials fail the start; an unreachable Redis is retried by the checks
+        await check_redis(self._redis, s.redis_url, f"predictor {s.replica_id}")
+        self._nc = await connect_nats(s, f"headroom-predictor-{s.replica_id}")
         self._subs.append(await self._nc.subscribe(self.names.model_announce, cb=self._on_announce))
         await self.check_current()
         self._batch_task = asyncio.create_task(self._batch_loop(), name="predictor-batches")

@@ -196,6 +196,8 @@ class SimPod:
         return _json(body)
 
     async def _metrics(self, _: web.Request) -> web.Response:
+        if self.faults.metrics_delay_s > 0:  # fault injection: a slow /metrics
+            await asyncio.sleep(self.faults.metrics_delay_s)
         return web.Response(
             body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
@@ -300,6 +302,9 @@ class SimPod:
             return _error(
                 oa.ApiError(fault.status, "Simulated fault.", None, "server_error", fault.status)
             )
+        if fault is not None and fault.mode == "hang":  # not even a status line
+            await asyncio.sleep(fault.delay_s)
+            _drop(request)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         queue: asyncio.Queue[TokenEvent | None] = asyncio.Queue()
         now = asyncio.get_running_loop().time()
@@ -360,6 +365,9 @@ class SimPod:
         await resp.prepare(request)
         if ctx.drop_after == 0:
             _drop(request)
+        if ctx.malformed_after == 0:
+            await resp.write(b"data: {not json\n\n")
+            _drop(request)
         req, n, running = ctx.req, 0, len(pieces)
         while running:
             batch = [await queue.get()]
@@ -379,6 +387,9 @@ class SimPod:
                 n += 1
                 if ctx.drop_after is not None and n >= ctx.drop_after:
                     await resp.write(bytes(buf))
+                    _drop(request)
+                if ctx.malformed_after is not None and n >= ctx.malformed_after:
+                    await resp.write(bytes(buf) + b"data: {not json\n\n")
                     _drop(request)
                 if ev.finished:
                     running -= 1
@@ -435,7 +446,9 @@ class SimPod:
 
 
 class _Ctx:
-    __slots__ = ("choice_of", "created", "drop_after", "model", "n_prompt", "req", "rid")
+    __slots__ = (
+        "choice_of", "created", "drop_after", "malformed_after", "model", "n_prompt", "req", "rid",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -454,6 +467,9 @@ class _Ctx:
         self.n_prompt = n_prompt
         self.choice_of = choice_of  # engine request id -> choice index
         self.drop_after = fault.after_tokens if fault is not None and fault.mode == "drop" else None
+        self.malformed_after = (
+            fault.after_tokens if fault is not None and fault.mode == "malformed" else None
+        )
 
 
 def _drop(request: web.Request) -> NoReturn:

@@ -21,6 +21,12 @@ class TrainerMetrics:
             ["reason"],
             registry=r,
         )
+        self.model_republished = Counter(
+            "headroom_trainer_model_republished",
+            "Times the current model version was written back to a Redis that had lost it "
+            "(e.g. restarted empty)",
+            registry=r,
+        )
         self.samples_replayed = Counter(
             "headroom_trainer_samples_replayed",
             "Already-delivered samples read back from the stream into the window at start",

@@ -34,18 +34,19 @@ from services.trainer.validation import check, decode_sample
 from services.trainer.window import ADDED, DUPLICATE, EXPIRED, FLUSHED, WindowEntry
 from shared import trace_context
 from shared.admin import add_admin_routes
-from shared.bus import connect_nats, connect_redis, ensure_samples_stream
+from shared.bus import check_redis, connect_nats, connect_redis, ensure_samples_stream
 from shared.drift import DriftTracker
 from shared.latency_model import LatencyModel
 from shared.model_store import (
+    VersionExists,
     append_history,
     current_version,
     import_model_file,
-    load_version,
     next_version,
     publish_version,
+    read_version,
 )
-from shared.schemas import ModelAnnouncement, SchemaError
+from shared.schemas import ModelAnnouncement, ModelMeta, SchemaError
 from shared.subjects import Names
 from shared.telemetry import Telemetry
 
@@ -104,6 +105,9 @@ class TrainerService:
         self.last_version: str | None = None
         self.last_result: CycleResult | None = None
         self._current: LatencyModel | None = None
+        # metadata and blobs of the version last seen current in Redis: written back if
+        # Redis loses it (restarted empty), so the deployment keeps its model and its ids
+        self._served: tuple[ModelMeta, dict[str, bytes]] | None = None
         self._fitted_at_added = 0  # window.added_total at the last cycle
         self._evicted_seen = dict(self.window.evicted)
         self._fit_lock = asyncio.Lock()
@@ -117,11 +121,12 @@ class TrainerService:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self._redis = connect_redis(s.redis_url)
+        self._redis = connect_redis(s)
+        await check_redis(self._redis, s.redis_url, "trainer")
         flushed_at = await self._redis.get(self.names.trainer_flushed_at)
         if flushed_at:
             self.window.not_before = float(flushed_at)
-        self._nc = await connect_nats(s.nats_url, "headroom-trainer")
+        self._nc = await connect_nats(s, "headroom-trainer")
         js = self._nc.jetstream()
         await ensure_samples_stream(js, self.names)
         self._psub = await js.pull_subscribe(
@@ -151,11 +156,16 @@ class TrainerService:
         self._sync_window_metrics()
         if s.warm_start_file:
             await self._warm_start(s.warm_start_file)
+        try:  # remember the current version now: it is written back if Redis loses it
+            await self.current_model()
+        except Exception as e:  # Redis down: learnt at the first cycle instead
+            log.warning("could not read the current model: %s", e)
         await self._nc.subscribe(self.names.trainer_flush, cb=self._on_flush)
         self._admin = await self._start_admin()
         self._tasks = [
             asyncio.create_task(self._consume_loop(), name="trainer-consume"),
             asyncio.create_task(self._fit_loop(), name="trainer-fit"),
+            asyncio.create_task(self._guard_loop(), name="trainer-model-guard"),
         ]
         log.info("trainer started (namespace %s, admin port %s)", s.namespace, self.admin_port)
 
@@ -166,7 +176,16 @@ class TrainerService:
         async def _flush(_: web.Request) -> web.Response:
             return web.json_response(await self.flush())
 
+        async def _window_ids(_: web.Request) -> web.Response:
+            # what the window holds, by request id (diagnostics: `headroom bench faults`
+            # checks with it that no acknowledged sample is missing or there twice)
+            return web.json_response({
+                "ids": self.window.request_ids(), "evicted": dict(self.window.evicted),
+                "added_total": self.window.added_total,
+            })  # fmt: skip
+
         app.router.add_post("/flush", _flush)
+        app.router.add_get("/window/ids", _window_ids)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.settings.admin_host, self.settings.admin_port).start()
@@ -363,14 +382,57 @@ class TrainerService:
     def new_samples(self) -> int:
         return self.window.added_total - self._fitted_at_added
 
+    async def _guard_loop(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.republish_check_s)
+            if self._stopping.is_set():
+                return
+            try:
+                await self.ensure_current()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Redis down: the next check retries
+                log.warning("could not check the current model in Redis: %s", e)
+
+    async def ensure_current(self) -> str | None:
+        """If Redis has no current model but this trainer knows the one it had (Redis was
+        restarted empty or flushed), write it back under the same id, with the version
+        counter at least as far, and announce it; returns the version written back."""
+        if self._served is None or await current_version(self._redis, self.names) is not None:
+            return None
+        meta, blobs = self._served
+        try:
+            await publish_version(
+                self._redis, self.names, meta, blobs, keep=self.settings.keep_versions
+            )
+        except VersionExists:  # the blob survived, only the pointer is gone
+            await self._redis.set(self.names.model_current, meta.version)
+        number = meta.version.removeprefix("v")
+        if number.isdigit():  # ids stay unique: the counter does not restart below it
+            await self._redis.set(self.names.model_seq, int(number), nx=True)
+        await append_history(self._redis, self.names, {
+            "ts": self.clock(), "action": "republish", "version": meta.version,
+            "reason": "Redis had no current model",
+        })  # fmt: skip
+        self.metrics.model_republished.inc()
+        log.warning("Redis had lost the current model: wrote %s back; announcing it",
+                    meta.version)  # fmt: skip
+        await self._announce(meta.version, meta.created_at)
+        return meta.version
+
     async def current_model(self) -> LatencyModel | None:
-        """The version ``current`` points at (cached per id); None if none or unloadable."""
+        """The version ``current`` points at (cached per id); None if none or unloadable.
+        A Redis that lost it (restarted empty) gets it back first (:meth:`ensure_current`)."""
+        await self.ensure_current()
         version = await current_version(self._redis, self.names)
         if version is None:
             self._current = None
         elif self._current is None or self._current.version != version:
             try:
-                self._current = await load_version(self._redis, self.names, version)
+                meta, blobs = await read_version(self._redis, self.names, version)
+                self._current = LatencyModel.from_blobs(meta, blobs)
+                self._served = (meta, blobs)
             except SchemaError as e:
                 log.error("current model %s cannot be loaded (%s); any candidate wins", version, e)
                 self._current = None
@@ -453,6 +515,7 @@ class TrainerService:
         await append_history(self._redis, self.names, {**record, "version": version})
         await self._announce(version, now)
         self._current = LatencyModel.from_blobs(meta, blobs)
+        self._served = (meta, blobs)
         self.last_version = version
         m.fits.labels(result="ok").inc()
         m.set_version(version)

@@ -36,6 +36,12 @@ class TrainerSettings(CommonSettings):
     )
     dedup_size: int = Field(50000, ge=1, description="Recent request ids remembered for dedup")
     keep_versions: int = Field(5, ge=1, description="Model versions kept in Redis")
+    republish_check_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds between checks that Redis still holds the current model; one "
+        "that lost it (restarted empty) gets it written back",
+    )
     fetch_batch: int = Field(256, ge=1, description="Messages per JetStream fetch")
     fetch_timeout_s: float = Field(1.0, gt=0, description="Max wait of one JetStream fetch")
     ack_wait_s: float = Field(

@@ -22,7 +22,10 @@ def running_stack(
 ) -> Iterator[Stack]:
     """Start a stack (free gateway port, namespace ``{prefix}-<uuid>``); ``setup(names)``
     runs first (e.g. to publish a model). Logs go to ``stack.logs``; the namespace's stream
-    and keys are removed afterwards."""
+    and keys are removed afterwards. Services that exit stay down (``restart=False``, what
+    `headroom up --no-restart` does) unless the caller asks for restarts: a crash fails the
+    test instead of being restarted behind its back."""
+    config.setdefault("restart", False)
     names = Names(f"{prefix}-{uuid.uuid4().hex[:10]}")
     logs: list[str] = []
     try:

@@ -171,9 +171,16 @@ def metric(m: dict, name: str, **labels: str) -> float:
 
 @asynccontextmanager
 async def gateway_stack(
-    isolated: dict, n_pods: int = 2, seed: int = 0, pod_keys: Sequence[str] = (), **overrides: Any
+    isolated: dict,
+    n_pods: int = 2,
+    seed: int = 0,
+    pod_keys: Sequence[str] = (),
+    *,
+    allow_own_pods: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Stack]:
-    """``pod_keys``: the pods require one of these bearer keys on /v1/* (vLLM --api-key)."""
+    """``pod_keys``: the pods require one of these bearer keys on /v1/* (vLLM --api-key).
+    ``allow_own_pods``: the gateway's pod allowlist admits exactly the pods started here."""
     names: Names = isolated["names"]
     # snapshots are published by hand: keep them fresh however slow the box is
     overrides.setdefault("stale_after_s", 60.0)
@@ -182,6 +189,8 @@ async def gateway_stack(
     try:
         for i in range(n_pods):
             pods.append(await start_pod(f"pod-{i}", seed=i, model=MODEL, api_keys=pod_keys))
+        if allow_own_pods:
+            overrides["pod_allow_urls"] = ",".join(p.url for p in pods)
         settings = GatewaySettings(
             nats_url=isolated["nats_url"], namespace=names.namespace, pool=POOL,
             host="127.0.0.1", port=0, **overrides,

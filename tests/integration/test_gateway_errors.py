@@ -130,7 +130,9 @@ async def test_pod_4xx_is_passed_through_without_retry(isolated):
 
 
 async def test_mid_stream_drop_ends_stream_with_error_event_then_next_request_works(isolated):
-    async with gateway_stack(isolated) as st:
+    # no outlier ejection here: the same pod must serve the next request
+    # (tests/integration/test_gateway_pod_faults.py covers the ejection)
+    async with gateway_stack(isolated, pod_eject_s=0) as st:
         await st.snapshot(loads=LOADS)
         await st.fault("pod-0", mode="drop", count=1, after_tokens=2)
         body = {"model": MODEL, "prompt": "tell me", "max_tokens": 8, "stream": True}

@@ -104,3 +104,30 @@ async def test_failures_are_counted_not_raised(isolated):
     pub.publish(synthetic_samples(1, prefix="c-")[0])
     await pub.drain()
     assert counts(m) == (0.0, 4.0) and pub.pending == 0
+
+
+async def test_samples_awaiting_acks_are_bounded(isolated):
+    """Nobody acknowledges (a NATS outage looks the same to the publisher): past
+    ``max_pending`` new samples are dropped and counted, so memory stays bounded."""
+    names: Names = isolated["names"]
+    nc = await connect_nats(isolated["nats_url"], "test")
+    m = GatewayMetrics()
+    try:
+        quiet = names.samples("quiet-cap")
+
+        async def ignore(msg) -> None:
+            pass
+
+        await nc.subscribe(quiet, cb=ignore)
+        await nc.flush()
+        pub = SamplePublisher(nc, quiet, m, 30.0, linger_s=0.0, max_pending=5)
+        await pub.start()
+        for s in synthetic_samples(12, prefix="cap-"):
+            pub.publish(s)
+            await asyncio.sleep(0)
+        await until(lambda: not pub._buffer and not pub._flushing)
+        assert len(pub._waiting) == 5
+        assert counts(m) == (0.0, 7.0)
+        await pub.drain(timeout_s=0.1)
+    finally:
+        await nc.close()

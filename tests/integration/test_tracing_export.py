@@ -55,6 +55,7 @@ async def test_the_stack_exports_one_trace_per_request(infra):
             pods=1,
             predictors=1,
             log_level="WARNING",
+            restart=False,
             env={"*": otel, "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000"}},
         ),
         log=logs.append,

@@ -187,28 +187,144 @@ def test_predictor_scales_on_cpu_and_trainer_is_single():
     assert deps["trainer"]["spec"]["replicas"] == 1
     assert deps["trainer"]["spec"]["strategy"]["type"] == "Recreate"
     assert set(by_kind(objs, "StatefulSet")) == {"nats", "redis"}
-    assert "-js" in by_kind(objs, "StatefulSet")["nats"]["spec"]["template"]["spec"]["containers"][0]["args"]  # fmt: skip
+    nats = by_kind(objs, "StatefulSet")["nats"]["spec"]["template"]["spec"]["containers"][0]
+    assert nats["args"] == ["-c", "/etc/nats/nats.conf"]
+    conf = by_kind(objs, "ConfigMap")["nats-config"]["data"]["nats.conf"]
+    assert "jetstream { store_dir: /data }" in conf
 
 
-def test_collector_rbac_is_least_privilege():
+def test_rbac_is_least_privilege():
+    """One read-only pod Role, bound to the collectors' and the gateway's ServiceAccounts
+    (the gateway's pod allowlist watches the pool's pods); no other service has a token."""
     objs = render(GKE)
     (role,) = by_kind(objs, "Role").values()
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
     ]
     assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
-    (binding,) = by_kind(objs, "RoleBinding").values()
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    (sa,) = by_kind(objs, "ServiceAccount").values()
-    (subject,) = binding["subjects"]
-    assert (subject["kind"], subject["name"]) == ("ServiceAccount", sa["metadata"]["name"])
-    assert subject.get("namespace", "headroom") == "headroom"
+    accounts = by_kind(objs, "ServiceAccount")
+    assert set(accounts) == {"headroom-collector", "headroom-gateway"}
+    bound = set()
+    for binding in by_kind(objs, "RoleBinding").values():
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        (subject,) = binding["subjects"]
+        assert subject["kind"] == "ServiceAccount" and subject["name"] in accounts
+        assert subject.get("namespace", "headroom") == "headroom"
+        bound.add(subject["name"])
+    assert bound == set(accounts)
     for name, dep in by_kind(objs, "Deployment").items():
         pod = dep["spec"]["template"]["spec"]
         if name.startswith("collector"):
-            assert pod["serviceAccountName"] == sa["metadata"]["name"]
+            assert pod["serviceAccountName"] == "headroom-collector"
+        elif name == "gateway":
+            assert pod["serviceAccountName"] == "headroom-gateway"
         else:
             assert pod["automountServiceAccountToken"] is False, name
+
+
+def _env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("directory", [BASE, GKE], ids=["base", "gke"])
+def test_bus_credentials_come_from_the_secret(directory):
+    """Every service connects to NATS as its own user with the password from the Secret
+    headroom-bus; the Redis users (predictor, trainer) too; NATS and Redis read the same
+    keys; no password is written in a manifest."""
+    objs = render(directory)
+    cms = by_kind(objs, "ConfigMap")
+    common = cms["headroom-common"]["data"]
+    for name, dep in by_kind(objs, "Deployment").items():
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        data = dict(common)
+        for ref in c.get("envFrom", []):
+            data.update(cms[ref["configMapRef"]["name"]].get("data") or {})
+        env = _env(c)
+        user = env.get("HEADROOM_NATS_USER", {}).get("value") or data.get("HEADROOM_NATS_USER")
+        service = "collector" if name.startswith("collector") else name
+        assert user == service, name
+        ref = env["HEADROOM_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "headroom-bus", "key": f"nats-{service}-password"}, name
+        if service in ("predictor", "trainer"):
+            assert data["HEADROOM_REDIS_USERNAME"] == "headroom"
+            ref = env["HEADROOM_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": "headroom-bus", "key": "redis-password"}
+        else:
+            assert "HEADROOM_REDIS_PASSWORD" not in env, name
+        assert not any("PASSWORD" in k or "TOKEN" in k for k in data), name
+    sts = by_kind(objs, "StatefulSet")
+    nats_env = _env(sts["nats"]["spec"]["template"]["spec"]["containers"][0])
+    conf = cms["nats-config"]["data"]["nats.conf"]
+    for service in ("gateway", "predictor", "trainer", "collector"):
+        var = f"NATS_{service.upper()}_PASSWORD"
+        assert f"{{ user: {service}, password: ${var} }}" in conf
+        assert nats_env[var]["valueFrom"]["secretKeyRef"]["key"] == f"nats-{service}-password"
+    redis = sts["redis"]["spec"]["template"]["spec"]["containers"][0]
+    assert ">$(REDIS_PASSWORD)" in redis["args"] and redis["args"][5:8] == [
+        "--user",
+        "default",
+        "off",
+    ]
+    assert _env(redis)["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "redis-password"
+    assert not by_kind(objs, "Secret"), "credentials are created by the operator, not shipped"
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        if e["operator"] == "Exists" and e["key"] not in labels:
+            return False
+        if e["operator"] == "In" and labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("directory", "model_server_labels"),
+    [(BASE, {"headroom.dev/pool": "default"}), (GKE, {"app": "vllm-llama3-8b"}),
+     (GKE, {"app": "jetstream-llama3-8b"})],
+    ids=["base", "gke-vllm", "gke-jetstream"],
+)  # fmt: skip
+def test_network_policies(directory, model_server_labels):
+    """Only the gateway and the collectors reach model servers; only Headroom's services
+    reach NATS; only the predictors and the trainer reach Redis."""
+    objs = render(directory)
+    pods = {n: d["spec"]["template"]["metadata"]["labels"]
+            for kind in ("Deployment", "StatefulSet") for n, d in by_kind(objs, kind).items()}  # fmt: skip
+    pods["model-server"] = model_server_labels
+    pols = by_kind(objs, "NetworkPolicy")
+
+    def allowed(target: str) -> set[str]:
+        """Workloads whose pods the policies selecting ``target`` let in (all if none)."""
+        selecting = [p for p in pols.values() if _selects(p["spec"]["podSelector"], pods[target])]
+        if not selecting:
+            return set(pods)
+        out = set()
+        for p in selecting:
+            assert p["spec"]["policyTypes"] == ["Ingress"]
+            for rule in p["spec"]["ingress"]:
+                for peer in rule["from"]:
+                    assert set(peer) == {"podSelector"}, peer  # no namespace/IP blocks
+                    out |= {n for n, lb in pods.items() if _selects(peer["podSelector"], lb)}
+        return out
+
+    collectors = {n for n in pods if n.startswith("collector")}
+    assert allowed("model-server") == {"gateway"} | collectors
+    assert allowed("nats") == {"gateway", "predictor", "trainer"} | collectors
+    assert allowed("redis") == {"predictor", "trainer"}
+
+
+def test_gateway_allowlist_follows_the_collectors_pool():
+    for directory in (BASE, GKE):
+        cms = by_kind(render(directory), "ConfigMap")
+        gw, co = cms["headroom-gateway"]["data"], cms["headroom-collector"]["data"]
+        assert (
+            gw["HEADROOM_GATEWAY_POD_ALLOW_K8S_LABEL_SELECTOR"]
+            == co["HEADROOM_COLLECTOR_K8S_LABEL_SELECTOR"]
+        )
+        assert gw["HEADROOM_GATEWAY_POD_ALLOW_K8S_PORT"] == co["HEADROOM_COLLECTOR_K8S_TARGET_PORT"]
 
 
 def test_every_container_has_probes_requests_and_runs_unprivileged():

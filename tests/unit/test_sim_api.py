@@ -192,9 +192,23 @@ def test_fault_counts_down_then_turns_off():
 def test_fault_defaults_and_off():
     f = FaultState()
     f.configure({"mode": "drop"})
-    assert f.state() == {"mode": "drop", "count": 1, "status": 500, "after_tokens": 2}
+    assert f.state() == {"mode": "drop", "count": 1, "status": 500, "after_tokens": 2,
+                         "delay_s": 30.0, "metrics_delay_s": 0.0}  # fmt: skip
     f.configure({"mode": "off"})
     assert f.take() is None
+
+
+def test_hang_malformed_and_slow_metrics_faults():
+    f = FaultState()
+    f.configure({"mode": "hang", "count": 2, "delay_s": 1.5})
+    a = f.take()
+    assert (a.mode, a.delay_s) == ("hang", 1.5)
+    f.configure({"mode": "malformed", "after_tokens": 0})
+    assert f.take().mode == "malformed" and f.take() is None
+    f.configure({"mode": "slow_metrics", "delay_s": 3})
+    assert f.metrics_delay_s == 3.0 and f.take() is None  # generation is not affected
+    f.configure({"mode": "off"})
+    assert f.metrics_delay_s == 0.0
 
 
 @pytest.mark.parametrize(
@@ -207,6 +221,8 @@ def test_fault_defaults_and_off():
         {"mode": "error", "status": 700},
         {"mode": "drop", "after_tokens": "2"},
         {"mode": "error", "extra": 1},
+        {"mode": "hang", "delay_s": -1},
+        {"mode": "slow_metrics", "delay_s": "3"},
     ],
 )
 def test_fault_rejects_bad_bodies(body):
