@@ -98,7 +98,7 @@ class Gateway:
                 f"{self.scheduling.source}: unknown profile '{settings.profile}' "
                 f"(known: {', '.join(self.schedulers)})"
             )
-        self.view = PodView(stale_after_s=settings.stale_after_s)
+        self.view = PodView.from_settings(settings)
         # flow control per profile that enables it (services/gateway/scheduling/flow.py);
         # the view's change hook releases queued requests as pods make room
         self.flows: dict[str, FlowQueue] = {
@@ -188,6 +188,7 @@ class Gateway:
         self.metrics.pods.labels("ready").set(counts.ready)
         self.metrics.pods.labels("not_ready").set(counts.not_ready)
         self.metrics.pods.labels("stale").set(counts.stale)
+        self.metrics.pods.labels("missed").set(counts.missed)
 
     # --- routing ------------------------------------------------------------------------
     async def route(
