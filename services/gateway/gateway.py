@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 
 from services.gateway import tracing
 from services.gateway.errors import GatewayError
+from services.gateway.lifecycle import QUEUED, ROUTING, RequestLife
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import ParsedRequest
 from services.gateway.pod_client import PodClient
@@ -192,12 +193,16 @@ class Gateway:
 
     # --- routing ------------------------------------------------------------------------
     async def route(
-        self, req: ParsedRequest, objectives: RequestObjectives | None = None
+        self,
+        req: ParsedRequest,
+        objectives: RequestObjectives | None = None,
+        life: RequestLife | None = None,
     ) -> RoutingDecision:
-        """Rank the candidate pods for ``req`` with the active (or requested) profile.
-        Raises GatewayError 404/503 (no pod, or shed by an admitter)."""
+        """Rank the candidate pods for ``req`` with the active (or requested) profile
+        (``life``: the request's stage is ``queued`` while it waits in the flow-control
+        queue). Raises GatewayError 404/503 (no pod, or shed by an admitter)."""
         if not self.tel.enabled:
-            return await self._route(req, objectives)
+            return await self._route(req, objectives, life)
         with self.tel.span(
             "gateway.route",
             attributes={
@@ -207,12 +212,12 @@ class Gateway:
                 "headroom.streaming": req.stream,
             },
         ) as span:
-            decision = await self._route(req, objectives)
+            decision = await self._route(req, objectives, life)
             span.set_attributes(tracing.decision_attributes(decision))
             return decision
 
     async def _route(
-        self, req: ParsedRequest, objectives: RequestObjectives | None
+        self, req: ParsedRequest, objectives: RequestObjectives | None, life: RequestLife | None
     ) -> RoutingDecision:
         obj = objectives or RequestObjectives()
         now = self.clock()
@@ -231,7 +236,7 @@ class Gateway:
         if flow is None:
             return await self._decide(req, obj, profile, cands, tokens)
         hashes = self.index.hashes(tokens)
-        waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes)
+        waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes, life)
         try:
             cands = flow.route_among(waiter, self.view.candidates(req.model, self.clock()))
             if not cands:
@@ -249,9 +254,11 @@ class Gateway:
         cands: list[Candidate],
         tokens: list[int],
         hashes: list[int],
+        life: RequestLife | None = None,
     ) -> Waiter:
         """Wait in the profile's flow-control queue until released (at once when a pod has
-        room); 503 when the queue is full."""
+        room); 503 when the queue is full. A cancellation (the client left) takes it out of
+        the queue at once."""
         now = self.clock()
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         w = routing.waiter(
@@ -270,12 +277,16 @@ class Gateway:
             ) from None  # fmt: skip
         if not released:
             self.metrics.queued.labels(profile).set(flow.queued)
+            if life is not None:
+                life.stage = QUEUED
             try:
                 await future
             except BaseException:  # the client went away (cancelled) while queued
                 flow.cancel(w)
                 self.metrics.queued.labels(profile).set(flow.queued)
                 raise
+            if life is not None:
+                life.stage = ROUTING
         self.metrics.queue_wait.labels(w.reason or "room").observe(w.queued_s())
         return w
 

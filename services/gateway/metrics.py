@@ -57,7 +57,9 @@ class GatewayMetrics:
             registry=r,
         )  # fmt: skip
         self.pods = Gauge(
-            "headroom_gateway_pods", "Pods in the latest snapshot by state (ready|not_ready|stale)",
+            "headroom_gateway_pods",
+            "Pods in the latest snapshot by state (ready|not_ready|stale|missed: ready ones "
+            "kept routable through missed scrapes)",
             ["state"], registry=r,
         )  # fmt: skip
         self.snapshots = Counter("headroom_gateway_snapshots", "Pod snapshots applied", registry=r)
@@ -84,8 +86,23 @@ class GatewayMetrics:
             ["profile"], registry=r,
         )  # fmt: skip
         self.ttft = Histogram(
-            "inference_objective_request_ttft_seconds", "Observed time to first token",
+            "inference_objective_request_ttft_seconds",
+            "Observed time to first token at the pod: from the successful attempt's dispatch "
+            "to its first token (what the models learn)",
             ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.client_ttft = Histogram(
+            "headroom_gateway_client_ttft_seconds",
+            "Time to first token as the client sees it: from the request's arrival at the "
+            "gateway to its first token being sent (streaming) or reaching the gateway "
+            "(non-streaming); SLO violations are judged on it",
+            ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.client_disconnects = Counter(
+            "headroom_gateway_client_disconnects",
+            "Clients that went away before their response was complete, by stage "
+            "(body|routing|queued|first_token|streaming|generating)",
+            ["stage"], registry=r,
         )  # fmt: skip
         self.predicted_ttft = Histogram(
             "inference_objective_request_predicted_ttft_seconds",
@@ -103,12 +120,13 @@ class GatewayMetrics:
         )  # fmt: skip
         self.ttft_slo_violations = Counter(
             "inference_objective_request_ttft_slo_violation",
-            "Requests whose observed TTFT exceeded their TTFT SLO header",
+            "Requests whose client-side TTFT (headroom_gateway_client_ttft_seconds) exceeded "
+            "their TTFT SLO header",
             ["model_name"], registry=r,
         )  # fmt: skip
         self.slo_violations = Counter(
             "inference_objective_request_slo_violation",
-            "Requests that missed an SLO header, by type (ttft|tpot)",
+            "Requests that missed an SLO header, by type (ttft: the client-side TTFT; tpot)",
             ["model_name", "type"], registry=r,
         )  # fmt: skip
         self.shed = Counter(

@@ -5,6 +5,9 @@ The pod is always asked for a stream with the usage chunk, so TTFT and TPOT are 
 every request: TTFT = first chunk carrying a token; TPOT = (e2e - ttft) / (token chunks - 1),
 both from the moment the successful attempt was sent.
 
+A client disconnect, from the request's arrival on, ends the request wherever it is and is
+counted by stage (services/gateway/lifecycle.py).
+
 Served as a plain ASGI handler (services/gateway/asgi.py): events that arrive from the pod
 together are accounted one by one and forwarded to the client in one write. On uvicorn that
 happens in the pod connection's own callback (UpstreamStream.pump + asgi.ChunkWriter: no
@@ -27,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 from services.gateway import explain, tracing
 from services.gateway.asgi import (
     ChunkWriter,
+    ClientDisconnected,
     read_body,
     request_headers,
     send_bytes,
@@ -34,6 +38,13 @@ from services.gateway.asgi import (
 )
 from services.gateway.errors import GatewayError, send_error, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
+from services.gateway.lifecycle import (
+    FIRST_TOKEN,
+    GENERATING,
+    ROUTING,
+    STREAMING,
+    RequestLife,
+)
 from services.gateway.openai_request import Kind, ParsedRequest, parse_request
 from services.gateway.request_headers import parse_objective_headers
 from services.gateway.scheduling import routing
@@ -56,22 +67,43 @@ _DONE = b"data: [DONE]\n\n"
 
 async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
     """ASGI handler of ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
-    endpoint = scope["path"]
-    kind = ENDPOINTS[endpoint]
-    request_id = uuid.uuid4().hex
+    life = RequestLife(gw.metrics.client_disconnects, uuid.uuid4().hex, scope["path"])
+    try:
+        await _handle(gw, life, scope, receive, send)
+    except asyncio.CancelledError:
+        if not life.cancelled_by_client():
+            raise
+    finally:
+        life.finish()
+    if life.gone:
+        gw.metrics.failed.labels("client_disconnect").inc()
+        gw.metrics.requests.labels(life.endpoint, "499").inc()
+
+
+async def _handle(
+    gw: Gateway, life: RequestLife, scope: Scope, receive: Receive, send: Send
+) -> None:
     headers = request_headers(scope)
     try:
         objectives = parse_objective_headers(
             headers, gw.schedulers, gw.settings.allow_profile_header
         )
-        parsed = parse_request(await read_body(receive), kind)
-        decision = await gw.route(parsed, objectives)
+        try:
+            body = await read_body(receive)
+        except ClientDisconnected:
+            life.body_interrupted()
+            return
+        life.stage = ROUTING
+        life.watch(send, receive)
+        parsed = parse_request(body, ENDPOINTS[life.endpoint])
+        decision = await gw.route(parsed, objectives, life)
     except GatewayError as e:
-        gw.metrics.requests.labels(endpoint, str(e.status)).inc()
-        await send_error(send, e, {"x-request-id": request_id})
+        life.finish()
+        gw.metrics.requests.labels(life.endpoint, str(e.status)).inc()
+        await send_error(send, e, {"x-request-id": life.request_id})
         return
     debug = explain.wants_debug(headers)
-    await _dispatch(gw, parsed, decision, request_id, endpoint, send, receive, debug)
+    await _dispatch(gw, parsed, decision, life, send, debug)
 
 
 def _routing_headers(
@@ -97,13 +129,12 @@ async def _dispatch(
     gw: Gateway,
     parsed: ParsedRequest,
     decision: RoutingDecision,
-    request_id: str,
-    endpoint: str,
+    life: RequestLife,
     send: Send,
-    receive: Receive,
     debug: bool = False,
 ) -> None:
     s = gw.settings
+    request_id, endpoint = life.request_id, life.endpoint
     attempts = decision.ranked[: 2 if s.retry_before_first_byte else 1]
     body = parsed.upstream_body()
     headers = {
@@ -114,6 +145,7 @@ async def _dispatch(
     assert gw.pod_client is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
+    life.stage = FIRST_TOKEN
     for n, routed in enumerate(attempts):
         pod = routed.candidate
         routing.on_dispatch(gw.view, request_id, decision.prepared, routed.index, gw.clock())
@@ -143,6 +175,7 @@ async def _dispatch(
         except PodRejected as e:
             tracing.end_pod_call(span, status=e.status)
             gw.view.on_finish(request_id)
+            life.finish()
             gw.metrics.failed.labels("pod_rejected").inc()
             gw.metrics.requests.labels(endpoint, str(e.status)).inc()
             await send_bytes(send, e.status, e.body, e.content_type,
@@ -153,29 +186,28 @@ async def _dispatch(
             gw.view.on_finish(request_id)
             raise
         routing.on_accepted(gw.index, decision.prepared, routed.index)
-        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span)
+        life.stage = STREAMING if parsed.stream else GENERATING
+        ex = _Exchange(gw, parsed, decision, routed, life, stream, t0, span)
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         try:
             if parsed.stream:
-                await ex.stream_to(send, receive, first, headers_out)
+                await ex.stream_to(send, first, headers_out)
             else:
                 await ex.aggregate(send, first, headers_out)
-        finally:
-            ex.abandon()  # a no-op once settled
+        except BaseException:
+            ex.abandon()  # the client left, or the response was torn down (shutdown)
+            stream.close()  # also after [DONE]: the rest of the response was not read
+            raise
+        ex.abandon()  # a no-op once settled
         await stream.release()  # after [DONE]: keep the pod connection for the next request
         return
 
+    life.finish()
     gw.metrics.failed.labels("pod_unavailable").inc()
     gw.metrics.requests.labels(endpoint, "502").inc()
     msg = f"no pod could serve the request: {failure}" if failure else "no pod could serve it"
     err = GatewayError(502, msg, type="upstream_error", code="pod_unavailable")
     await send_error(send, err, {"x-request-id": request_id})
-
-
-async def _client_gone(receive: Receive) -> None:
-    """Returns when the client disconnects (or the response is complete)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 class _Exchange:
@@ -187,14 +219,14 @@ class _Exchange:
         parsed: ParsedRequest,
         decision: RoutingDecision,
         routed: RoutedPod,
-        request_id: str,
-        endpoint: str,
+        life: RequestLife,
         stream: UpstreamStream,
         t0: float,
         span: Span | None = None,
     ) -> None:
         self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
-        self.request_id, self.endpoint, self.stream, self.t0 = request_id, endpoint, stream, t0
+        self.life, self.stream, self.t0 = life, stream, t0
+        self.request_id, self.endpoint = life.request_id, life.endpoint
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
@@ -203,7 +235,9 @@ class _Exchange:
     def on_event(self, raw: bytes, chunk: dict[str, Any], now: float) -> bytes | None:
         """Account a chunk; returns the SSE bytes to forward to a streaming client (or None)."""
         if self.acc.feed(chunk, now) and self.acc.token_chunks == 1:
-            self.gw.view.on_first_token(self.request_id, self.gw.clock())
+            gw = self.gw
+            gw.view.on_first_token(self.request_id, gw.clock())
+            gw.metrics.client_ttft.labels(self.parsed.model).observe(now - self.life.arrived)
         if not self.parsed.stream:
             return None
         if "usage" in chunk and not self.parsed.include_usage:
@@ -222,23 +256,9 @@ class _Exchange:
         out = [b for raw, chunk in events if (b := self.on_event(raw, chunk, now))]
         return b"".join(out)
 
-    async def stream_to(
-        self, send: Send, receive: Receive, first: list[Event], headers: dict[str, str]
-    ) -> None:
-        """Forward the stream to an SSE client; a client disconnect abandons the exchange
-        (the pod connection is dropped, which stops the pod's work on it)."""
-        task = asyncio.current_task()
-        assert task is not None
-        gone = False
-
-        def on_gone(_: asyncio.Future) -> None:
-            nonlocal gone
-            if not self.settled:
-                gone = True
-                task.cancel()
-
-        watch = asyncio.ensure_future(_client_gone(receive))
-        watch.add_done_callback(on_gone)
+    async def stream_to(self, send: Send, first: list[Event], headers: dict[str, str]) -> None:
+        """Forward the stream to an SSE client (a client disconnect cancels it: the request's
+        RequestLife)."""
         stream = self.stream
         out = self.on_events(first)
         try:
@@ -259,13 +279,6 @@ class _Exchange:
             self.fail(e.reason, e)
             err = sse_error_event(f"the pod failed mid-stream: {e}", code="pod_stream_failed")
             await send({"type": "http.response.body", "body": err, "more_body": False})
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-            task.uncancel()  # the client went away: settled as a disconnect (abandon)
-        finally:
-            watch.remove_done_callback(on_gone)
-            watch.cancel()
 
     async def _push(self, writer: ChunkWriter) -> bytes:
         """The rest of the stream, forwarded from the pod connection's callbacks; returns the
@@ -320,6 +333,7 @@ class _Exchange:
         if self.settled:
             return False
         self.settled = True
+        self.life.finish()  # the outcome is decided: a disconnect now changes nothing
         if not self.stream.done:
             self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
@@ -336,12 +350,18 @@ class _Exchange:
         self.gw.metrics.requests.labels(self.endpoint, status).inc()
 
     def abandon(self) -> None:
-        """The client went away (or the response was torn down) before the end."""
+        """The client went away (counted by the handler) or the response was torn down
+        (cancelled) before the end."""
         if not self._settle():
             return
-        tracing.end_pod_call(self.span, status=200, error="client_disconnect")
-        self.gw.metrics.failed.labels("client_disconnect").inc()
-        self.gw.metrics.requests.labels(self.endpoint, "499").inc()
+        gone = self.life.gone
+        why = "client_disconnect" if gone else "cancelled"
+        tracing.end_pod_call(self.span, status=200, error=why)
+        if not gone:
+            log.warning("request %s to pod %s cut before its end (%s)", self.request_id,
+                        self.routed.candidate.name, why)  # fmt: skip
+            self.gw.metrics.failed.labels(why).inc()
+            self.gw.metrics.requests.labels(self.endpoint, "503").inc()
 
     def succeed(self) -> None:
         if not self._settle():
@@ -355,7 +375,8 @@ class _Exchange:
         if acc.first_token_at is not None:
             ttft_ms = (acc.first_token_at - self.t0) * 1000
             gw.metrics.ttft.labels(model).observe(ttft_ms / 1000)
-            if decision.slo_ttft_ms is not None and ttft_ms > decision.slo_ttft_ms:
+            client_ttft_ms = (acc.first_token_at - self.life.arrived) * 1000
+            if decision.slo_ttft_ms is not None and client_ttft_ms > decision.slo_ttft_ms:
                 gw.metrics.ttft_slo_violations.labels(model).inc()
                 gw.metrics.slo_violations.labels(model, "ttft").inc()
             if acc.token_chunks >= 2:

@@ -8,27 +8,16 @@ import asyncio
 import time
 
 import pytest
-import yaml
 
-from services.gateway.scheduling.config import DEFAULT_CONFIG_PATH
 from shared.tokenizer import synth_text
-from tests.integration.gateway_harness import MODEL, gateway_stack, metric, wait_for
+from tests.integration.gateway_harness import MODEL, flow_profiles, gateway_stack, metric, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 CMPL = "/v1/completions"
 
 
-def _profiles(tmp_path, **flow) -> str:
-    doc = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
-    for p in doc["profiles"]:
-        if p["name"] == "headroom":
-            # any prefill in flight closes the pod; no predictor in these tests
-            p["plugins"] = [r for r in p["plugins"] if r["pluginRef"] != "latency-producer"]
-            p["flowControl"] = {"enabled": True, "maxBacklogS": 0.001, **flow}
-    path = tmp_path / "profiles.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return str(path)
+_profiles = flow_profiles  # any prefill in flight closes the pod; no predictor
 
 
 async def _first_token_at(st, body) -> tuple[int, float | None, dict]:
