@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import nats
 import redis.asyncio as aioredis
@@ -16,8 +17,17 @@ from shared.subjects import Names
 log = logging.getLogger(__name__)
 
 
-async def connect_nats(url: str, name: str, *, connect_timeout: float = 2.0) -> NATS:
-    """Connect with unlimited reconnects; errors and reconnects are logged, not raised."""
+async def connect_nats(
+    url: str,
+    name: str,
+    *,
+    connect_timeout: float = 2.0,
+    on_disconnected: Callable[[], None] | None = None,
+    on_reconnected: Callable[[], None] | None = None,
+) -> NATS:
+    """Connect with unlimited reconnects; errors and reconnects are logged, not raised.
+    ``on_disconnected``/``on_reconnected`` are called (synchronously) as the connection is
+    lost and back."""
 
     async def _error(e: Exception) -> None:
         log.warning("nats error (%s): %s", name, e)
@@ -27,9 +37,13 @@ async def connect_nats(url: str, name: str, *, connect_timeout: float = 2.0) -> 
     async def _disconnected() -> None:
         closing = nc.is_closed or nc.is_draining
         log.log(logging.INFO if closing else logging.WARNING, "nats disconnected (%s)", name)
+        if on_disconnected is not None:
+            on_disconnected()
 
     async def _reconnected() -> None:
         log.info("nats reconnected (%s)", name)
+        if on_reconnected is not None:
+            on_reconnected()
 
     nc = await nats.connect(
         url,

@@ -60,8 +60,15 @@ class EmbeddedServer:
     url: str
     proc: subprocess.Popen
     workdir: tempfile.TemporaryDirectory = field(repr=False)
+    cmd: list[str] = field(default_factory=list, repr=False)
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.stop_process(timeout)
+        self.workdir.cleanup()
+
+    def stop_process(self, timeout: float = 5.0) -> None:
+        """Stop the server process only: its port and data stay for :meth:`restart` (an
+        outage in a test)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -69,7 +76,13 @@ class EmbeddedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.workdir.cleanup()
+
+    def restart(self) -> None:
+        """Start the stopped process again: same command, port and data directory."""
+        if self.proc.poll() is None:
+            raise EmbeddedServerError(f"embedded {self.kind} is still running")
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_port(self.proc, self.url, self.kind)
 
 
 def _wait_port(proc: subprocess.Popen, url: str, kind: str, timeout: float = 10.0) -> None:
@@ -91,7 +104,7 @@ def start_nats() -> EmbeddedServer:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"nats://127.0.0.1:{port}"
     _wait_port(proc, url, "nats-server")
-    return EmbeddedServer("nats", url, proc, work)
+    return EmbeddedServer("nats", url, proc, work, cmd)
 
 
 def start_redis() -> EmbeddedServer:
@@ -105,7 +118,7 @@ def start_redis() -> EmbeddedServer:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     _wait_port(proc, url, "redis-server")
-    return EmbeddedServer("redis", url, proc, work)
+    return EmbeddedServer("redis", url, proc, work, cmd)
 
 
 def ensure(kind: str, url: str) -> tuple[str, EmbeddedServer | None]:

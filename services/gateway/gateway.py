@@ -25,6 +25,7 @@ from services.gateway.openai_request import ParsedRequest
 from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import prompt_tokens
+from services.gateway.readiness import Readiness, readiness
 from services.gateway.request_headers import RequestObjectives
 from services.gateway.samples import SamplePublisher
 from services.gateway.scheduling import routing
@@ -119,11 +120,17 @@ class Gateway:
         self.predictor: PredictorClient | None = None
         self.samples: SamplePublisher | None = None
         self._model_version: str | None = None  # last version the predictors answered with
+        self.started = False  # the lifespan has started (NATS connected, stream ensured)
+        self.draining = False  # SIGTERM: refuse new requests, let running ones finish
+        self._nats_down_since: float | None = None  # monotonic seconds
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self.nc = await connect_nats(s.nats_url, f"gateway-{s.pool}")
+        self.nc = await connect_nats(
+            s.nats_url, f"gateway-{s.pool}",
+            on_disconnected=self._nats_lost, on_reconnected=self._nats_back,
+        )  # fmt: skip
         js = self.nc.jetstream()
         await ensure_samples_stream(js, self.names)
         self.predictor = PredictorClient(
@@ -147,6 +154,7 @@ class Gateway:
         self.pod_client = PodClient(
             connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s
         )
+        self.started = True
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
@@ -164,6 +172,46 @@ class Gateway:
     @property
     def nats_connected(self) -> bool:
         return self.nc is not None and self.nc.is_connected
+
+    def _nats_lost(self) -> None:
+        if self._nats_down_since is None:
+            self._nats_down_since = time.monotonic()
+
+    def _nats_back(self) -> None:
+        self._nats_down_since = None
+
+    def nats_down_s(self) -> float:
+        """How long NATS has been disconnected (0 while connected)."""
+        if self.nats_connected:
+            self._nats_down_since = None
+            return 0.0
+        if self._nats_down_since is None:
+            self._nats_down_since = time.monotonic()
+        return time.monotonic() - self._nats_down_since
+
+    def readiness(self) -> Readiness:
+        """GET /readyz (services/gateway/readiness.py)."""
+        return readiness(
+            started=self.started,
+            draining=self.draining,
+            nats_connected=self.nats_connected,
+            nats_down_s=self.nats_down_s(),
+            ready_pods=self.view.counts(self.clock()).ready,
+            grace_s=self.settings.nats_outage_grace_s,
+        )
+
+    def begin_drain(self) -> None:
+        """SIGTERM: readiness turns false and new requests are refused from now on."""
+        if not self.draining:
+            self.draining = True
+            log.info("gateway draining: new requests are refused, running ones may finish")
+
+    def draining_error(self) -> GatewayError:
+        return GatewayError(
+            503, "This gateway replica is shutting down; retry the request",
+            type="service_unavailable", code="draining",
+            headers={"Retry-After": str(self.settings.retry_after_s), "connection": "close"},
+        )  # fmt: skip
 
     # --- pod snapshots ------------------------------------------------------------------
     async def _on_snapshot_msg(self, msg: Msg) -> None:

@@ -13,6 +13,7 @@ back; measured ~50 us less round trip and CPU per call, docs/benchmarks.md "Hot 
 Never raises: a failed call comes back as a fallback reason, and the request is routed by
 the composite score instead. Reasons: ``no_model`` (predictor answered not_ready),
 ``timeout`` (the call's deadline passed), ``no_responders`` (no predictor subscribed),
+``nats_disconnected`` (NATS is down: answered at once rather than after the deadline),
 ``error`` (anything else, including an invalid reply).
 """
 
@@ -52,6 +53,7 @@ REASON_NO_MODEL = "no_model"
 REASON_TIMEOUT = "timeout"
 REASON_NO_RESPONDERS = "no_responders"
 REASON_ERROR = "error"
+REASON_DISCONNECTED = "nats_disconnected"  # NATS is down: fall back at once, no deadline waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +225,8 @@ class PredictorClient:
             payload = wire.encode_request(rows, segments if len(segments) > 1 else None)
         if self._metrics is not None:
             self._metrics.batch_calls.observe(len(segments))
+        if not self.nc.is_connected:
+            return self._count(BatchResult(reason=REASON_DISCONNECTED))
         try:
             msg = await self._request(payload, timeout_s, headers)
         except nats.errors.NoRespondersError:

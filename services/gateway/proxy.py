@@ -68,6 +68,10 @@ _DONE = b"data: [DONE]\n\n"
 async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
     """ASGI handler of ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
     life = RequestLife(gw.metrics.client_disconnects, uuid.uuid4().hex, scope["path"])
+    if gw.draining:  # SIGTERM: refused until the listener closes (services/gateway/server.py)
+        gw.metrics.requests.labels(life.endpoint, "503").inc()
+        await send_error(send, gw.draining_error(), {"x-request-id": life.request_id})
+        return
     try:
         await _handle(gw, life, scope, receive, send)
     except asyncio.CancelledError:
@@ -351,11 +355,11 @@ class _Exchange:
 
     def abandon(self) -> None:
         """The client went away (counted by the handler) or the response was torn down
-        (cancelled) before the end."""
+        (cancelled: at the drain deadline, ``shutdown``) before the end."""
         if not self._settle():
             return
         gone = self.life.gone
-        why = "client_disconnect" if gone else "cancelled"
+        why = "client_disconnect" if gone else "shutdown" if self.gw.draining else "cancelled"
         tracing.end_pod_call(self.span, status=200, error=why)
         if not gone:
             log.warning("request %s to pod %s cut before its end (%s)", self.request_id,

@@ -267,3 +267,41 @@ def test_scheduling_profile_is_the_shipped_one():
     mount = gw["containers"][0]["volumeMounts"][0]["mountPath"]
     path = _env_keys(render(BASE))["HEADROOM_GATEWAY_PROFILES_PATH"]
     assert path == f"{mount}/profiles.yaml"
+
+
+def _gateway_settings(objs):
+    """The gateway's settings as its ConfigMaps set them (defaults for the rest)."""
+    cls = settings_class("gateway")
+    prefix = cls.model_config["env_prefix"].upper()
+    env = _env_keys(objs)
+    kwargs = {k.removeprefix(prefix).lower(): v for k, v in env.items() if k.startswith(prefix)}
+    return cls(**kwargs)
+
+
+def _sleep_s(hook: dict) -> float:
+    if "sleep" in hook:
+        return float(hook["sleep"]["seconds"])
+    cmd = hook["exec"]["command"]
+    assert cmd[0] == "sleep" and len(cmd) == 2, cmd
+    return float(cmd[1])
+
+
+def test_gateway_probes_and_drain_match_the_code():
+    from services.gateway.app import create_app
+
+    routes = {getattr(r, "path", None) for r in create_app(settings_class("gateway")()).api.routes}
+    for directory in (BASE, GKE):
+        objs = render(directory)
+        pod = by_kind(objs, "Deployment")["gateway"]["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
+        assert c["livenessProbe"]["httpGet"]["path"] == "/livez" in routes
+        assert c["startupProbe"]["httpGet"]["path"] == "/livez"
+        # the grace period covers the preStop sleep, the unready window, the drain deadline
+        # and a margin for the final hand-over (samples, NATS)
+        s = _gateway_settings(objs)
+        pre_stop = _sleep_s(c["lifecycle"]["preStop"])
+        needed = pre_stop + s.drain_unready_s + s.drain_timeout_s + 5
+        assert pre_stop >= 3  # time for the endpoints to drop the pod while it still serves
+        assert pod["terminationGracePeriodSeconds"] >= needed, (pod, needed)
+        assert pod["terminationGracePeriodSeconds"] <= needed + 30
