@@ -98,6 +98,7 @@ class GatewayMetrics:
             "(non-streaming); SLO violations are judged on it",
             ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self._client_ttft: dict[str, object] = {}
         self.client_disconnects = Counter(
             "headroom_gateway_client_disconnects",
             "Clients that went away before their response was complete, by stage "
@@ -150,6 +151,13 @@ class GatewayMetrics:
             "1 for the model version the predictors last answered with",
             ["version"], registry=r,
         )  # fmt: skip
+
+    def observe_client_ttft(self, model: str, seconds: float) -> None:
+        """``client_ttft`` with its child per model kept (on the streaming hot path)."""
+        child = self._client_ttft.get(model)
+        if child is None:
+            child = self._client_ttft[model] = self.client_ttft.labels(model)
+        child.observe(seconds)  # type: ignore[attr-defined]
 
     def set_model_version(self, version: str) -> None:
         self.model_version_info.clear()

@@ -241,7 +241,7 @@ class _Exchange:
         if self.acc.feed(chunk, now) and self.acc.token_chunks == 1:
             gw = self.gw
             gw.view.on_first_token(self.request_id, gw.clock())
-            gw.metrics.client_ttft.labels(self.parsed.model).observe(now - self.life.arrived)
+            gw.metrics.observe_client_ttft(self.parsed.model, now - self.life.arrived)
         if not self.parsed.stream:
             return None
         if "usage" in chunk and not self.parsed.include_usage:

@@ -24,6 +24,7 @@ from tests.integration.gateway_harness import (
     flow_profiles,
     gateway_stack,
     metric,
+    predictor,
     wait_for,
 )
 
@@ -179,6 +180,29 @@ async def test_leaving_a_stream_drops_the_pod_request(isolated):
         assert took < WITHIN_S
         assert await within(client, pod_idle(st), "pod aborted the stream") < WITHIN_S
         await assert_counted(st, "streaming")
+
+
+async def test_leaving_while_routed_dispatches_nothing(isolated):
+    # routing waits for the prediction call here: a predictor that does not answer within
+    # the profile's budget (400 ms; the gateway's own deadline raised above it)
+    async with gateway_stack(isolated, n_pods=1, predict_timeout_ms=10_000.0) as st:
+        await st.snapshot()
+        asked = asyncio.Event()
+
+        async def slow(rows):
+            asked.set()
+            await asyncio.sleep(5)
+
+        async with predictor(st, slow):
+            client = await RawClient.post(st, {"model": MODEL, "prompt": "x", "max_tokens": 2})
+            await asyncio.wait_for(asked.wait(), 10)
+            client.close()
+            counter = st.gw.metrics.client_disconnects.labels("routing")
+            took = await within(client, lambda: counter._value.get() == 1, "counted, routing")
+            assert took < WITHIN_S
+        assert st.gw.view.total_in_flight() == 0
+        assert st.pod("pod-0").engine.stats().request_success == 0
+        await assert_counted(st, "routing")
 
 
 async def test_leaving_while_the_body_is_sent(isolated):
