@@ -88,8 +88,9 @@ async def _disconnect_message(receive: Receive) -> None:
 
 class _DisconnectHook(asyncio.Event):
     """uvicorn's cycle's ``message_event`` that also calls a callback when it is set for a
-    disconnect (the cycle is ``disconnected`` by then). Set at the swap: uvicorn only sets
-    the event to wake ``receive()``, which reads the cycle's state again either way."""
+    disconnect (the cycle is ``disconnected`` by then). It starts set if the event it
+    replaces was: uvicorn sets the event only to wake ``receive()``, which then reads the
+    cycle's state itself."""
 
     def __init__(self, cycle, callback: Callable[[], None]) -> None:
         super().__init__()
