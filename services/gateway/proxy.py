@@ -199,8 +199,11 @@ async def _dispatch(
             else:
                 await ex.aggregate(send, first, headers_out)
         except BaseException:
+            cut = not ex.settled and not life.gone and gw.draining  # the drain deadline
             ex.abandon()  # the client left, or the response was torn down (shutdown)
             stream.close()  # also after [DONE]: the rest of the response was not read
+            if cut:
+                await ex.tell_cut(send, headers_out)
             raise
         ex.abandon()  # a no-op once settled
         await stream.release()  # after [DONE]: keep the pod connection for the next request
@@ -234,6 +237,7 @@ class _Exchange:
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
+        self.started = False  # a streaming response's head has gone out
         gw.metrics.in_flight.inc()
 
     def on_event(self, raw: bytes, chunk: dict[str, Any], now: float) -> bytes | None:
@@ -268,8 +272,10 @@ class _Exchange:
         try:
             if stream.done:  # the whole reply came at once: headers, then it all, below
                 await start_event_stream(send, headers)
+                self.started = True
             else:  # the head and the first events in one write
                 writer = await start_event_stream(send, headers, out)
+                self.started = True
                 out = b""
                 if writer is not None:  # uvicorn: forwarded from the pod's callbacks
                     out = await self._push(writer)
@@ -331,6 +337,20 @@ class _Exchange:
         self.succeed()
         reply = self.acc.completion(self.request_id, self.parsed.model, int(self.gw.clock()))
         await send_bytes(send, 200, orjson.dumps(reply), headers=headers)
+
+    async def tell_cut(self, send: Send, headers: dict[str, str]) -> None:
+        """The drain deadline cut the request: say so to the client (an SSE error event, or
+        a 503 before a non-streaming response), best effort."""
+        msg = "the gateway is shutting down: the request was cut at its drain deadline"
+        try:
+            if self.parsed.stream and self.started:
+                err = sse_error_event(msg, "service_unavailable", code="shutdown")
+                await send({"type": "http.response.body", "body": err, "more_body": False})
+            elif not self.parsed.stream:
+                e = GatewayError(503, msg, type="service_unavailable", code="shutdown")
+                await send_error(send, e, headers)
+        except Exception as e:  # the connection is going away anyway
+            log.debug("could not tell the client of the cut: %s", e)
 
     # --- settlement -----------------------------------------------------------------------
     def _settle(self) -> bool:

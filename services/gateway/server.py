@@ -10,9 +10,10 @@ Stopping with :meth:`RunningGateway.drain` (what SIGTERM does to ``headroom gate
    closed; running requests (streams, non-streaming generations, requests in the
    flow-control queue) go on for up to ``drain_timeout_s``, each connection closing after
    its response;
-3. whatever still runs then is cut (counted as ``shutdown`` in
-   ``headroom_gateway_requests_failed_total``); the lifespan stops: the training samples
-   are handed to JetStream, the pod connections and NATS closed.
+3. whatever still runs then is cut (uvicorn cancels it): a stream ends with an SSE error
+   event, a non-streaming request gets 503, both with code ``shutdown`` (counted as
+   ``shutdown`` in ``headroom_gateway_requests_failed_total``); the lifespan stops: the
+   training samples are handed to JetStream, the pod connections and NATS closed.
 
 uvicorn's own signal handlers are not installed (:class:`_Server`): the process's runner
 (shared/runner.py) owns SIGTERM/SIGINT and calls the drain.

@@ -1,7 +1,7 @@
 """SIGTERM drains a real gateway process (``python -m services.gateway``, real NATS, a real
 simulator pod): readiness turns false and new requests get 503 ``draining`` first, then the
 listener closes (connection refused) while a running stream goes on to its end; what still
-runs at the drain deadline is cut; the process exits 0."""
+runs at the drain deadline is cut, with an SSE error event saying so; the process exits 0."""
 
 from __future__ import annotations
 
@@ -86,22 +86,23 @@ async def _probe(url: str, method: str = "GET", path: str = "/readyz"):
 
 
 async def _stream(http: aiohttp.ClientSession, url: str, max_tokens: int, started: asyncio.Event):
-    """Stream a completion: (token events, saw [DONE], when it ended)."""
+    """Stream a completion: (token events, saw [DONE], when it ended, the error event)."""
     body = {"model": MODEL, "prompt": "tell a long story", "max_tokens": max_tokens,
             "stream": True}  # fmt: skip
-    tokens, done = 0, False
-    try:
-        async with http.post(url + CMPL, json=body) as r:
-            assert r.status == 200
-            async for line in r.content:
-                if line.startswith(b"data: [DONE]"):
-                    done = True
-                elif line.startswith(b"data: "):
-                    tokens += bool(orjson.loads(line[6:])["choices"])
+    tokens, done, error = 0, False, None
+    async with http.post(url + CMPL, json=body) as r:
+        assert r.status == 200
+        async for line in r.content:
+            if line.startswith(b"data: [DONE]"):
+                done = True
+            elif line.startswith(b"data: "):
+                event = orjson.loads(line[6:])
+                if "error" in event:
+                    error = event["error"]
+                else:
+                    tokens += bool(event["choices"])
                     started.set()
-    except aiohttp.ClientPayloadError:
-        pass  # cut mid-stream
-    return tokens, done, time.monotonic()
+    return tokens, done, time.monotonic(), error
 
 
 async def test_sigterm_lets_the_running_stream_finish_and_refuses_new_requests(isolated):
@@ -138,8 +139,8 @@ async def test_sigterm_lets_the_running_stream_finish_and_refuses_new_requests(i
             assert refused_at - sigterm_at >= 2.5  # the unready window came first
             assert not stream.done()  # the stream still runs with the listener closed
             # 3. the running stream finishes
-            tokens, done, ended_at = await asyncio.wait_for(stream, 60)
-            assert done and tokens == 1000 and ended_at > refused_at
+            tokens, done, ended_at, error = await asyncio.wait_for(stream, 60)
+            assert done and tokens == 1000 and ended_at > refused_at and error is None
         rc = await gw.exited(30)
         assert rc == 0, gw.stderr.decode()[-3000:]
         assert b"gateway draining" in gw.stderr
@@ -157,18 +158,30 @@ async def test_the_drain_deadline_cuts_what_still_runs(isolated):
         async with aiohttp.ClientSession() as http:
             started = asyncio.Event()
             stream = asyncio.create_task(_stream(http, gw.url, 5000, started))
+            body = {"model": MODEL, "prompt": "another long story", "max_tokens": 5000}
+            plain = asyncio.create_task(http.post(gw.url + CMPL, json=body))
             await asyncio.wait_for(started.wait(), 10)
+            for _ in range(200):  # both run on the pod
+                if pod.engine.stats().running == 2:
+                    break
+                await asyncio.sleep(0.02)
             gw.proc.send_signal(signal.SIGTERM)
             sigterm_at = time.monotonic()
-            tokens, done, ended_at = await asyncio.wait_for(stream, 30)
+            async with await asyncio.wait_for(plain, 30) as r:  # cut before its response
+                assert r.status == 503
+                assert (await r.json())["error"]["code"] == "shutdown"
+            tokens, done, ended_at, error = await asyncio.wait_for(stream, 30)
             assert not done and 0 < tokens < 5000
             assert 1.0 <= ended_at - sigterm_at < 10.0
+            # told why, in the stream (the OpenAI SDK raises it as an APIError)
+            assert error["code"] == "shutdown" and error["type"] == "service_unavailable"
         assert await gw.exited(30) == 0, gw.stderr.decode()[-3000:]
         for _ in range(100):  # the pod aborts the request whose connection was closed
             if not pod.engine.has_work():
                 break
             await asyncio.sleep(0.02)
-        assert pod.engine.stats().request_aborted == 1
+        assert pod.engine.stats().request_aborted == 2
+        assert b"cut before its end (shutdown)" in gw.stderr
     finally:
         if gw.proc.returncode is None:
             await terminate(gw.proc, "gateway")
