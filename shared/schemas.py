@@ -141,6 +141,7 @@ class PodRecord(Message):
     prefill_backlog: float | None = None  # requests waiting for prefill (JetStream's backlog)
     slots_used: float | None = None  # batch-slot fullness 0..1 where the engine reports it
     kv_capacity_tokens: float | None = None  # KV-cache capacity in tokens, where reported
+    max_model_len: int | None = None  # context length (prompt + output), where reported
     # why the record is not ready, machine-readable: the collector's scrape failure reason
     # (services/collector/scraper.py: timeout, connect, http_error, ...) or "pending"
     error_reason: str | None = None

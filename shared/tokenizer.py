@@ -32,6 +32,35 @@ def tokenize(text: str) -> list[int]:
     return [crc(p.encode()) & 0x7FFFFFFF for p in _PIECE.findall(text)]
 
 
+_NON_WORD = re.compile(r"\W")
+TOKENIZE_CHUNK_CHARS = 1 << 16
+
+
+def tokenize_chunked(text: str, chunk: int = TOKENIZE_CHUNK_CHARS) -> list[int]:
+    """``tokenize(text)``, ``chunk`` characters at a time, cut where no piece spans the cut
+    (before a non-word character). For a worker thread: each regex call is short, so the
+    event loop's thread gets the GIL between chunks instead of waiting for the whole text."""
+    n = len(text)
+    if n <= chunk:
+        return tokenize(text)
+    out: list[int] = []
+    start = 0
+    while start < n:
+        end = start + chunk
+        if end >= n:
+            end = n
+        else:
+            cut = max(text.rfind(" ", start + 1, end), text.rfind("\n", start + 1, end))
+            if cut > start:
+                end = cut
+            else:  # no whitespace in the chunk: cut at the next non-word character
+                m = _NON_WORD.search(text, end)
+                end = m.start() if m is not None else n
+        out += tokenize(text[start:end])
+        start = end
+    return out
+
+
 def count_tokens(text: str) -> int:
     return sum(1 for _ in _PIECE.finditer(text))
 

@@ -14,17 +14,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 TRACES_ENV = "HEADROOM_TRACES_DIR"
-DEFAULT_TRACES_DIR = "/work/shared/traces"
+CHECKOUT = Path(__file__).resolve().parents[2]
+# small slices of both real traces, shipped with their licence (tests/data/traces/README.md)
+TRACE_SLICES_DIR = CHECKOUT / "tests" / "data" / "traces"
 
 
 def traces_dir() -> Path:
-    """``$HEADROOM_TRACES_DIR``, else ``../shared/traces`` beside the checkout, else
-    /work/shared/traces."""
+    """Where the full real traces are: ``$HEADROOM_TRACES_DIR``, else ``../shared/traces``
+    beside the checkout (they are never part of it)."""
     env = os.environ.get(TRACES_ENV)
     if env:
         return Path(env)
-    beside = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-    return beside if beside.is_dir() else Path(DEFAULT_TRACES_DIR)
+    return CHECKOUT.parent / "shared" / "traces"
 
 
 def write_mooncake_trace(

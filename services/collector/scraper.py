@@ -12,6 +12,12 @@ treats ``connect`` as the pod being down and every other one as a missed scrape)
     too_large    the body exceeded the size limit
     no_metrics   the page parsed but held none of the engine's metrics
     parse        the parser raised (a bug: parsers count bad lines instead of raising)
+
+The pod's context length is read from its model list (``GET /v1/models``: vLLM and SGLang
+give each model's ``max_model_len``; vLLM's metrics do not carry it) after a successful
+scrape, at most every ``model_info_refresh_s`` per pod (sooner again after a failure), and
+published as ``PodRecord.max_model_len``. A failed or missing model list never fails the
+scrape: the last known value (or None) stands.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+import orjson
 
 from services.collector.discovery import PodTarget
 from services.collector.parsers import ParseResult, get_parser
@@ -31,6 +39,8 @@ from shared.schemas import PodRecord
 log = logging.getLogger(__name__)
 
 _MAX_ERROR_CHARS = 240
+_MODEL_INFO_MAX_BYTES = 1 << 20
+_MODEL_INFO_RETRY_S = 5.0  # after a failed model-list fetch
 
 
 @dataclass(slots=True)
@@ -48,8 +58,27 @@ class ScrapeFailed(Exception):
         self.reason = reason
 
 
+def max_model_len(models: Any) -> int | None:
+    """The smallest positive ``max_model_len`` of an OpenAI ``/v1/models`` list (every
+    model of a vLLM pod, LoRA adapters included, has the base model's), else None."""
+    data = models.get("data") if isinstance(models, dict) else None
+    lens = [
+        m["max_model_len"]
+        for m in data or ()
+        if isinstance(m, dict)
+        and isinstance(m.get("max_model_len"), int)
+        and not isinstance(m.get("max_model_len"), bool)
+        and m["max_model_len"] > 0
+    ]
+    return min(lens) if lens else None
+
+
 def record_from_result(
-    target: PodTarget, engine: str, result: ParseResult, scraped_at: float
+    target: PodTarget,
+    engine: str,
+    result: ParseResult,
+    scraped_at: float,
+    context_length: int | None = None,
 ) -> PodRecord:
     """A ready record from a parsed page (pure)."""
     return PodRecord(
@@ -67,6 +96,7 @@ def record_from_result(
         prefill_backlog=result.prefill_backlog,
         slots_used=result.slots_used,
         kv_capacity_tokens=result.kv_capacity_tokens,
+        max_model_len=context_length,
     )
 
 
@@ -104,6 +134,8 @@ class Scraper:
         timeout_s: float = 1.0,
         metrics_path: str = "/metrics",
         max_body_bytes: int = 8 << 20,
+        model_info_path: str = "/v1/models",
+        model_info_refresh_s: float = 60.0,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -115,6 +147,39 @@ class Scraper:
         self._max_body = max_body_bytes
         self._clock = clock
         self._timer = timer
+        self._info_path = model_info_path
+        self._info_refresh_s = model_info_refresh_s
+        # pod name -> (url, max_model_len, when to fetch again (timer))
+        self._info: dict[str, tuple[str, int | None, float]] = {}
+
+    def forget(self, name: str) -> None:
+        """Drop what is cached about a pod that left."""
+        self._info.pop(name, None)
+
+    async def context_length(self, target: PodTarget) -> int | None:
+        """The pod's max_model_len (cached; fetched when due). Never raises."""
+        if not self._info_path:
+            return None
+        cached = self._info.get(target.name)
+        now = self._timer()
+        if cached is not None and cached[0] == target.url and now < cached[2]:
+            return cached[1]
+        known = cached[1] if cached is not None and cached[0] == target.url else None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with self._session.get(target.url + self._info_path) as resp:
+                    if resp.status != 200:
+                        raise ValueError(f"HTTP {resp.status}")
+                    body = await resp.content.read(_MODEL_INFO_MAX_BYTES + 1)
+            if len(body) > _MODEL_INFO_MAX_BYTES:
+                raise ValueError("model list too large")
+            value = max_model_len(orjson.loads(body))
+            next_at = now + self._info_refresh_s
+        except (TimeoutError, aiohttp.ClientError, ValueError) as e:
+            log.debug("model list of %s: %s", target.name, _describe(e))
+            value, next_at = known, now + min(_MODEL_INFO_RETRY_S, self._info_refresh_s)
+        self._info[target.name] = (target.url, value, next_at)
+        return value
 
     def metrics_url(self, target: PodTarget) -> str:
         return target.metrics_url or target.url + self._path
@@ -163,8 +228,9 @@ class Scraper:
                 duration_s=self._timer() - start,
                 reason=f.reason,
             )
+        context = await self.context_length(target)
         return ScrapeOutcome(
-            record=record_from_result(target, self.engine, result, self._clock()),
+            record=record_from_result(target, self.engine, result, self._clock(), context),
             duration_s=self._timer() - start,
             ignored_lines=result.ignored,
             result=result,

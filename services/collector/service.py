@@ -161,6 +161,7 @@ class Collector:
                 task.cancel()
             self._latest.pop(gone, None)
             self._loads.pop(gone, None)
+            self._scraper.forget(gone)
             self.metrics.forget_pod(gone, self._reasons.pop(gone, set()))
         self._current = names
 
@@ -326,6 +327,8 @@ class CollectorService:
             timeout_s=timeout_s,
             metrics_path=s.metrics_path,
             max_body_bytes=s.max_body_bytes,
+            model_info_path=s.model_info_path,
+            model_info_refresh_s=s.model_info_refresh_s,
         )
         self.collector = Collector(
             self.discovery,

@@ -26,6 +26,14 @@ class CollectorSettings(CommonSettings):
     scrape_timeout_ms: int = Field(1000, gt=0, description="Per-pod scrape timeout")
     metrics_path: str = Field("/metrics", description="Path of the pods' metrics endpoint")
     max_body_bytes: int = Field(8 << 20, gt=0, description="Largest /metrics body accepted")
+    model_info_path: str = Field(
+        "/v1/models",
+        description="Path of the pods' OpenAI model list, read for each pod's context length "
+        "(max_model_len) (empty: not read)",
+    )
+    model_info_refresh_s: float = Field(
+        60.0, gt=0, description="How often each pod's model list is read again"
+    )
     admin_host: str = Field("127.0.0.1", description="Admin server (/health, /metrics) host")
     admin_port: int = Field(9101, ge=0, le=65535, description="Admin server port")
     engine: str = Field(
@@ -95,6 +103,11 @@ class CollectorSettings(CommonSettings):
     @classmethod
     def _path(cls, v: str) -> str:
         return v if v.startswith("/") else "/" + v
+
+    @field_validator("model_info_path")
+    @classmethod
+    def _info_path(cls, v: str) -> str:
+        return v if not v or v.startswith("/") else "/" + v
 
     @model_validator(mode="after")
     def _discovery_needs(self) -> CollectorSettings:

@@ -1,6 +1,6 @@
-"""The gateway's ASGI application: the two proxy routes (``POST /v1/completions``,
-``POST /v1/chat/completions``) served directly by services/gateway/proxy.py, everything else
-(/v1/models, /livez, /readyz, /health, /metrics, 404/405s) by a FastAPI app.
+"""The gateway's ASGI application: the proxy routes (``POST /v1/completions``,
+``/v1/chat/completions``, ``/v1/embeddings``) served directly by services/gateway/proxy.py,
+everything else (/v1/models, /livez, /readyz, /health, /metrics, 404/405s) by a FastAPI app.
 
 Probes (services/gateway/readiness.py): ``/livez`` is 200 while the process serves HTTP;
 ``/readyz`` is 200 while the replica should get traffic (started, not draining, NATS
@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from services.gateway import openapi
 from services.gateway.errors import GatewayError, send_error
 from services.gateway.gateway import Gateway
 from services.gateway.proxy import ENDPOINTS, handle
@@ -102,6 +103,7 @@ def create_app(
             gc_pauses.remove()
 
     app = FastAPI(title="Headroom gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    openapi.install(app)  # the proxy routes in /openapi.json
     app.state.gateway = gw
     if gw.tel.enabled:  # the request's SERVER span (the parent of the gateway's spans)
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -117,8 +119,10 @@ def create_app(
     @app.get("/v1/models")
     async def models() -> Response:
         gw.metrics.requests.labels("/v1/models", "200").inc()
+        lengths = gw.view.context_lengths()  # vLLM's max_model_len field, where pods report it
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "headroom"}
+            | ({"max_model_len": lengths[m]} if m in lengths else {})
             for m in gw.view.ready_models()
         ]
         return _json({"object": "list", "data": data})

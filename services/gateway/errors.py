@@ -22,6 +22,7 @@ class GatewayError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: dict[str, str] | None = None,
+        limit: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -30,6 +31,7 @@ class GatewayError(Exception):
         self.code = code
         self.param = param
         self.headers = headers or {}
+        self.limit = limit  # the request limit that refused it (services/gateway/limits.py)
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, code=self.code, param=self.param)
@@ -42,9 +44,9 @@ def error_body(
 
 
 def bad_request(
-    message: str, param: str | None = None, code: str = "invalid_value"
+    message: str, param: str | None = None, code: str = "invalid_value", limit: str | None = None
 ) -> GatewayError:
-    return GatewayError(400, message, param=param, code=code)
+    return GatewayError(400, message, param=param, code=code, limit=limit)
 
 
 async def send_error(send: Send, err: GatewayError, headers: dict[str, str] | None = None) -> None:

@@ -12,19 +12,21 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from services.gateway import tracing
+from services.gateway import limits, tracing
 from services.gateway.errors import GatewayError
 from services.gateway.lifecycle import QUEUED, ROUTING, RequestLife
 from services.gateway.metrics import GatewayMetrics
-from services.gateway.openai_request import ParsedRequest
+from services.gateway.openai_request import Kind, ParsedRequest
 from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
-from services.gateway.prompt import prompt_tokens
+from services.gateway.prompt import request_tokens
 from services.gateway.readiness import Readiness, readiness
 from services.gateway.request_headers import RequestObjectives
 from services.gateway.samples import SamplePublisher
@@ -45,8 +47,7 @@ from shared.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-# prompts longer than this (characters) are tokenized off the event loop
-_INLINE_TOKENIZE_CHARS = 20_000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,11 @@ class Gateway:
         self.started = False  # the lifespan has started (NATS connected, stream ensured)
         self.draining = False  # SIGTERM: refuse new requests, let running ones finish
         self._nats_down_since: float | None = None  # monotonic seconds
+        # decoding and tokenizing large bodies (services/gateway/limits.py): few threads, so
+        # the event loop's thread still gets the GIL most of the time
+        self._offload = ThreadPoolExecutor(
+            max_workers=settings.offload_threads, thread_name_prefix="gateway-offload"
+        )
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -158,6 +164,7 @@ class Gateway:
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
+        self._offload.shutdown(wait=False, cancel_futures=True)
         if self.samples is not None:
             await self.samples.drain()
         if self.pod_client is not None:
@@ -239,6 +246,47 @@ class Gateway:
         self.metrics.pods.labels("stale").set(counts.stale)
         self.metrics.pods.labels("missed").set(counts.missed)
 
+    # --- request intake -----------------------------------------------------------------
+    async def offloaded(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the offload thread."""
+        gauge = self.metrics.offloaded
+        gauge.inc()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._offload, fn, *args)
+        finally:
+            gauge.dec()
+
+    async def read_request(
+        self,
+        receive: Callable,
+        headers: Mapping[str, str],
+        kind: Kind,
+        on_body: Callable[[], None] | None = None,
+    ) -> ParsedRequest:
+        """Read, decode and check the request body against the limits (a large one in the
+        offload thread); ``on_body()`` once the body is in. Raises GatewayError (400/413)
+        before anything reaches a pod, asgi.ClientDisconnected if the client leaves while
+        the body is read."""
+        s = self.settings
+        raw = await limits.read_body(receive, headers, s.max_body_bytes)
+        if on_body is not None:
+            on_body()
+        if len(raw) > s.offload_bytes:
+            return await self.offloaded(limits.parse_limited, raw, kind, s)
+        return limits.parse_limited(raw, kind, s)
+
+    def _fitting(self, cands: list[Candidate], req: ParsedRequest, longest: int) -> list[Candidate]:
+        """The candidates whose context length (reported by the pod, else the default) fits
+        the request; GatewayError 400 when none does."""
+        need = limits.context_need(req, longest)
+        default = self.settings.default_context_length
+        fit = [c for c in cands if need <= context_length(c, default)]
+        if len(fit) == len(cands):
+            return cands
+        if fit:
+            return fit
+        raise limits.context_error(req, longest, max(context_length(c, default) for c in cands))
+
     # --- routing ------------------------------------------------------------------------
     async def route(
         self,
@@ -272,13 +320,14 @@ class Gateway:
         cands = self.view.candidates(req.model, now)
         if not cands:
             raise self._no_candidate_error(req.model, now)
-        if sum(len(t) for t in req.texts) > _INLINE_TOKENIZE_CHARS:
-            tokens = await asyncio.to_thread(prompt_tokens, req.texts)
+        if req.size > self.settings.offload_bytes:
+            tokens, longest = await self.offloaded(request_tokens, req.prompts, True)
             # the loads changed while the prompt was tokenized (requests of the same burst
             # were dispatched meanwhile): read them again, or the burst lands on one pod
             cands = self.view.candidates(req.model, self.clock()) or cands
         else:
-            tokens = prompt_tokens(req.texts)
+            tokens, longest = request_tokens(req.prompts)
+        cands = self._fitting(cands, req, longest)
         profile = obj.profile or self.settings.profile
         flow = self.flows.get(profile)
         if flow is None:
@@ -289,6 +338,7 @@ class Gateway:
             cands = flow.route_among(waiter, self.view.candidates(req.model, self.clock()))
             if not cands:
                 raise self._no_candidate_error(req.model, self.clock())
+            cands = self._fitting(cands, req, longest)
             return await self._decide(req, obj, profile, cands, tokens, hashes, waiter)
         finally:
             flow.routed(waiter)  # the proxy dispatches before the loop runs anything else
@@ -366,7 +416,7 @@ class Gateway:
         prep = routing.prepare(
             self.scheduling, self.schedulers, self.index, cands, tokens,
             model=req.model, profile=profile,
-            max_tokens=req.max_tokens or self.settings.default_max_tokens,
+            max_tokens=req.decode_tokens(self.settings.default_max_tokens),
             streaming=req.stream, slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms,
             priority=obj.priority, cost=self.view.cost, hashes=hashes,
             queued_s=waiter.queued_s() if waiter is not None else 0.0,
@@ -431,3 +481,10 @@ class Gateway:
             503, f"No ready pod serves the model '{model}'; retry later",
             type="service_unavailable", code="no_ready_pod", headers=retry,
         )  # fmt: skip
+
+
+def context_length(c: Candidate, default: int) -> int:
+    """The pod's context length: its reported max_model_len, else ``default``."""
+    rec = c.record
+    n = rec.max_model_len if rec is not None else None
+    return n if n else default

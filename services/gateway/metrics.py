@@ -130,6 +130,18 @@ class GatewayMetrics:
             "Requests that missed an SLO header, by type (ttft: the client-side TTFT; tpot)",
             ["model_name", "type"], registry=r,
         )  # fmt: skip
+        self.limit_rejections = Counter(
+            "headroom_gateway_limit_rejections",
+            "Requests refused by a request limit before reaching a pod (400/413), by limit "
+            "(body_size|json_depth|n|batch|context_length|max_tokens)",
+            ["limit"], registry=r,
+        )  # fmt: skip
+        self.offloaded = Gauge(
+            "headroom_gateway_offloaded_requests",
+            "Requests whose body is being decoded or tokenized in the offload thread (or "
+            "waiting for it)",
+            registry=r,
+        )
         self.shed = Counter(
             "headroom_gateway_requests_shed",
             "Requests refused with 503 by an admitter, by reason",

@@ -1,17 +1,27 @@
-"""The prompt tokens the gateway counts and hashes. Chat messages are rendered by
-shared.tokenizer.render_chat, the same function the simulator uses, so the gateway's token
-counts and prefix blocks line up with the pod's prefix cache."""
+"""The prompt tokens the gateway counts and hashes. Prompts are read by
+shared/openai_prompt.py and chat messages rendered there, the same code the simulator uses, so
+the gateway's token counts and prefix blocks line up with the pod's prefix cache."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared.tokenizer import tokenize
+from shared.openai_prompt import Prompt, prompt_tokens
+from shared.tokenizer import tokenize, tokenize_chunked
 
 
-def prompt_tokens(texts: Sequence[str]) -> list[int]:
-    """Token ids of the prompt texts, concatenated (a list prompt is one batch)."""
+def request_tokens(prompts: Sequence[Prompt], chunked: bool = False) -> tuple[list[int], int]:
+    """Token ids of a request's prompts, concatenated (a batch is dispatched as one request:
+    its prefill is the sum), and the longest prompt's length (what must fit the context).
+    ``chunked``: tokenize in chunks (in the offload thread)."""
+    tok = tokenize_chunked if chunked else tokenize
+    if len(prompts) == 1:
+        tokens = prompt_tokens(prompts[0], tok)
+        return tokens, len(tokens)
     out: list[int] = []
-    for t in texts:
-        out.extend(tokenize(t))
-    return out
+    longest = 0
+    for p in prompts:
+        t = prompt_tokens(p, tok)
+        out += t
+        longest = max(longest, len(t))
+    return out, longest

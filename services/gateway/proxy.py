@@ -31,7 +31,6 @@ from services.gateway import explain, tracing
 from services.gateway.asgi import (
     ChunkWriter,
     ClientDisconnected,
-    read_body,
     request_headers,
     send_bytes,
     start_event_stream,
@@ -45,7 +44,7 @@ from services.gateway.lifecycle import (
     STREAMING,
     RequestLife,
 )
-from services.gateway.openai_request import Kind, ParsedRequest, parse_request
+from services.gateway.openai_request import Kind, ParsedRequest
 from services.gateway.request_headers import parse_objective_headers
 from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
@@ -53,20 +52,27 @@ from services.gateway.upstream import (
     Event,
     PodFailure,
     PodRejected,
+    PodReply,
     StreamBroken,
     UpstreamStream,
+    fetch_reply,
     open_stream,
 )
 from shared.schemas import TrainingSample
 
 log = logging.getLogger(__name__)
 
-ENDPOINTS: dict[str, Kind] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+ENDPOINTS: dict[str, Kind] = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/embeddings": "embeddings",
+}
 _DONE = b"data: [DONE]\n\n"
 
 
 async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
-    """ASGI handler of ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
+    """ASGI handler of ``POST /v1/completions``, ``/v1/chat/completions`` and
+    ``/v1/embeddings``."""
     life = RequestLife(gw.metrics.client_disconnects, uuid.uuid4().hex, scope["path"])
     if gw.draining:  # SIGTERM: refused until the listener closes (services/gateway/server.py)
         gw.metrics.requests.labels(life.endpoint, "503").inc()
@@ -92,17 +98,21 @@ async def _handle(
         objectives = parse_objective_headers(
             headers, gw.schedulers, gw.settings.allow_profile_header
         )
+
+        def body_read() -> None:  # from now on a disconnect is watched for
+            life.stage = ROUTING
+            life.watch(send, receive)
+
         try:
-            body = await read_body(receive)
+            parsed = await gw.read_request(receive, headers, ENDPOINTS[life.endpoint], body_read)
         except ClientDisconnected:
             life.body_interrupted()
             return
-        life.stage = ROUTING
-        life.watch(send, receive)
-        parsed = parse_request(body, ENDPOINTS[life.endpoint])
         decision = await gw.route(parsed, objectives, life)
     except GatewayError as e:
         life.finish()
+        if e.limit is not None:
+            gw.metrics.limit_rejections.labels(e.limit).inc()
         gw.metrics.requests.labels(life.endpoint, str(e.status)).inc()
         await send_error(send, e, {"x-request-id": life.request_id})
         return
@@ -163,10 +173,14 @@ async def _dispatch(
                 attempt=n, headers=attempt_headers,
             )  # fmt: skip
         t0 = time.perf_counter()
+        stream = reply = None
         try:
-            stream, first = await open_stream(
-                gw.pod_client, pod.url, endpoint, body, attempt_headers
-            )
+            if parsed.generates:
+                stream, first = await open_stream(
+                    gw.pod_client, pod.url, endpoint, body, attempt_headers
+                )
+            else:  # embeddings: one JSON reply, after the prefill
+                reply = await fetch_reply(gw.pod_client, pod.url, endpoint, body, attempt_headers)
         except PodFailure as e:
             tracing.end_pod_call(span, error=e.reason)
             gw.view.on_finish(request_id)
@@ -194,6 +208,10 @@ async def _dispatch(
         ex = _Exchange(gw, parsed, decision, routed, life, stream, t0, span)
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         try:
+            if stream is None:
+                assert reply is not None
+                await ex.reply(send, reply, headers_out)
+                return
             if parsed.stream:
                 await ex.stream_to(send, first, headers_out)
             else:
@@ -201,7 +219,8 @@ async def _dispatch(
         except BaseException:
             cut = not ex.settled and not life.gone and gw.draining  # the drain deadline
             ex.abandon()  # the client left, or the response was torn down (shutdown)
-            stream.close()  # also after [DONE]: the rest of the response was not read
+            if stream is not None:
+                stream.close()  # also after [DONE]: the rest of the response was not read
             if cut:
                 await ex.tell_cut(send, headers_out)
             raise
@@ -227,7 +246,7 @@ class _Exchange:
         decision: RoutingDecision,
         routed: RoutedPod,
         life: RequestLife,
-        stream: UpstreamStream,
+        stream: UpstreamStream | None,
         t0: float,
         span: Span | None = None,
     ) -> None:
@@ -235,6 +254,7 @@ class _Exchange:
         self.life, self.stream, self.t0 = life, stream, t0
         self.request_id, self.endpoint = life.request_id, life.endpoint
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
+        # stream: the pod's SSE stream (generation); None for a whole reply (embeddings)
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
         self.started = False  # a streaming response's head has gone out
@@ -338,6 +358,18 @@ class _Exchange:
         reply = self.acc.completion(self.request_id, self.parsed.model, int(self.gw.clock()))
         await send_bytes(send, 200, orjson.dumps(reply), headers=headers)
 
+    async def reply(self, send: Send, reply: PodReply, headers: dict[str, str]) -> None:
+        """A whole reply (embeddings: prefill only): it arrived when the prefill ended, which
+        is its time to first token; no TPOT, no output tokens."""
+        acc = self.acc
+        acc.first_token_at = acc.last_at = time.perf_counter()
+        self.gw.view.on_first_token(self.request_id, self.gw.clock())
+        self.gw.metrics.observe_client_ttft(
+            self.parsed.model, acc.first_token_at - self.life.arrived
+        )
+        self.succeed()
+        await send_bytes(send, reply.status, reply.body, reply.content_type, headers)
+
     async def tell_cut(self, send: Send, headers: dict[str, str]) -> None:
         """The drain deadline cut the request: say so to the client (an SSE error event, or
         a 503 before a non-streaming response), best effort."""
@@ -358,7 +390,7 @@ class _Exchange:
             return False
         self.settled = True
         self.life.finish()  # the outcome is decided: a disconnect now changes nothing
-        if not self.stream.done:
+        if self.stream is not None and not self.stream.done:
             self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
         self.gw.metrics.in_flight.dec()
@@ -403,8 +435,9 @@ class _Exchange:
             if decision.slo_ttft_ms is not None and client_ttft_ms > decision.slo_ttft_ms:
                 gw.metrics.ttft_slo_violations.labels(model).inc()
                 gw.metrics.slo_violations.labels(model, "ttft").inc()
-            if acc.token_chunks >= 2:
-                tpot_ms = (e2e_ms - ttft_ms) / (acc.token_chunks - 1)
+            chunks = acc.choice_chunks
+            if chunks >= 2:
+                tpot_ms = (e2e_ms - ttft_ms) / (chunks - 1)
                 gw.metrics.tpot.labels(model).observe(tpot_ms / 1000)
                 if decision.slo_tpot_ms is not None and tpot_ms > decision.slo_tpot_ms:
                     gw.metrics.slo_violations.labels(model, "tpot").inc()

@@ -94,3 +94,38 @@ class GatewaySettings(CommonSettings):
     allow_profile_header: bool = Field(
         True, description="Let a request choose its profile with the x-headroom-profile header"
     )
+    # --- request limits (services/gateway/limits.py) -------------------------------------
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body accepted; larger ones get 413 (told by "
+        "content-length: before any of it is read)",
+    )
+    max_json_depth: int = Field(
+        64,
+        ge=2,
+        le=250,
+        description="Deepest nesting of JSON objects/arrays accepted in a request body (400 "
+        "beyond; at most 250, below orjson's own limits)",
+    )
+    max_n: int = Field(128, ge=1, description="Largest 'n' (choices per prompt) accepted")
+    max_batch_prompts: int = Field(
+        2048,
+        ge=1,
+        description="Most prompts in one completions 'prompt' list or embeddings 'input' list",
+    )
+    default_context_length: int = Field(
+        1_048_576,
+        ge=1,
+        description="Context length (prompt + max_tokens) assumed for pods that report none "
+        "(vLLM reports max_model_len in /v1/models; the collector reads it)",
+    )
+    offload_bytes: int = Field(
+        32 * 1024,
+        ge=0,
+        description="Request bodies larger than this are decoded and tokenized in the offload "
+        "thread, off the event loop",
+    )
+    offload_threads: int = Field(
+        1, ge=1, le=8, description="Threads that decode and tokenize large request bodies"
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,6 +38,8 @@ _NET_ERRORS = (PodIOError, OSError, asyncio.TimeoutError, ValueError)
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 # how long to wait for the end of a response after [DONE] before dropping the connection
 DRAIN_TIMEOUT_S = 1.0
+# a whole (non-streamed) reply longer than this fails (2,048 embeddings of 4,096 floats fit)
+MAX_REPLY_BYTES = 256 * 1024 * 1024
 
 
 class PodFailure(Exception):
@@ -279,6 +282,57 @@ def _decode(payload: bytes) -> dict[str, Any]:
     return obj
 
 
+@dataclass(frozen=True, slots=True)
+class PodReply:
+    """A pod's whole 2xx reply (embeddings)."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+async def _rejected(resp: PodResponse) -> PodRejected:
+    try:
+        data = await resp.read(65536)
+    except _NET_ERRORS:
+        data = b""
+    finally:
+        resp.close()
+    return PodRejected(resp.status, data, resp.content_type)
+
+
+async def fetch_reply(
+    client: PodClient, url: str, path: str, body: bytes, headers: dict[str, str]
+) -> PodReply:
+    """POST ``body`` and read the pod's whole reply. Nothing reaches the client before it is
+    complete, so every failure is a PodFailure (retryable); 4xx is PodRejected."""
+    try:
+        resp = await client.post(url, path, body, headers)
+    except _NET_ERRORS as e:
+        raise PodFailure("connect", f"{type(e).__name__}: {e}") from e
+    if resp.status >= 500:
+        resp.close()
+        raise PodFailure(f"http_{resp.status}", f"pod answered HTTP {resp.status}")
+    if resp.status >= 400:
+        raise await _rejected(resp)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while piece := await resp.read_piece():
+            size += len(piece)
+            if size > MAX_REPLY_BYTES:
+                raise PodFailure("reply_too_large", f"pod reply over {MAX_REPLY_BYTES} bytes")
+            parts.append(piece)
+    except _NET_ERRORS as e:
+        resp.close()
+        raise PodFailure("reply_broken", f"pod reply failed: {type(e).__name__}: {e}") from e
+    except BaseException:
+        resp.close()
+        raise
+    resp.release()
+    return PodReply(resp.status, b"".join(parts), resp.content_type)
+
+
 async def open_stream(
     client: PodClient, url: str, path: str, body: bytes, headers: dict[str, str]
 ) -> tuple[UpstreamStream, list[Event]]:
@@ -292,13 +346,7 @@ async def open_stream(
         resp.close()
         raise PodFailure(f"http_{resp.status}", f"pod answered HTTP {resp.status}")
     if resp.status >= 400:
-        try:
-            data = await resp.read(65536)
-        except _NET_ERRORS:
-            data = b""
-        finally:
-            resp.close()
-        raise PodRejected(resp.status, data, resp.content_type)
+        raise await _rejected(resp)
     stream = UpstreamStream(resp)
     try:
         first = await stream.next_events()

@@ -129,6 +129,9 @@ class PodMetrics:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self.tpot = Histogram(ITL_BUCKETS)  # one observation per finished request
+        # HTTP requests served, by (handler, method, status class), as vLLM's API server
+        # counts them (prometheus-fastapi-instrumentator's http_requests_total)
+        self.http_requests: dict[tuple[str, str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -142,6 +145,10 @@ class PodMetrics:
         if out.tpot_s:
             self.tpot.observe_many(out.tpot_s)
 
+    def count_http(self, handler: str, method: str, status: int) -> None:
+        key = (handler, method, f"{status // 100}xx")
+        self.http_requests[key] = self.http_requests.get(key, 0) + 1
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -150,6 +157,13 @@ class PodMetrics:
             yield from self._collect_jetstream()
         else:
             yield from self._collect_vllm()
+        http = CounterMetricFamily(
+            "http_requests", "Total number of requests by method, status and handler.",
+            labels=("handler", "method", "status"),
+        )  # fmt: skip
+        for (handler, method, status), n in sorted(self.http_requests.items()):
+            http.add_metric([handler, method, status], n)
+        yield http
 
     def _collect_jetstream(self) -> Iterator[Metric]:
         """JetStream's names. Its prefill backlog is our waiting queue; the simulated engine

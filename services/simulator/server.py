@@ -28,12 +28,14 @@ from services.simulator.metrics import PodMetrics
 from services.simulator.profiles import get_profile
 from services.simulator.settings import DEFAULT_MODEL
 from shared import trace_context
+from shared.openai_prompt import Prompt, prompt_tokens
 from shared.telemetry import Telemetry
-from shared.tokenizer import synth_text, tokenize
+from shared.tokenizer import synth_text, tokenize, tokenize_chunked
 
 log = logging.getLogger(__name__)
 
 MAX_LAG_S = 0.05  # behind schedule by more than this: restart the schedule from "now"
+OFFLOAD_BYTES = 64 * 1024  # request bodies larger than this are tokenized in a thread
 _ENGINE_FAILED = None  # queue sentinel: the driver died
 
 
@@ -61,9 +63,10 @@ class SimPod:
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self, host: str, port: int) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._count])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -130,6 +133,22 @@ class SimPod:
             if q is not None:
                 q.put_nowait(ev)
 
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Count every request by handler, method and status class (http_requests_total)."""
+        status = 500  # cancelled (the client went away) or failed
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            resource = request.match_info.route.resource
+            path = resource.canonical if resource is not None else "none"
+            self.metrics.count_http(path, request.method, status)
+
     # ---- simple endpoints ---------------------------------------------------------------
 
     @property
@@ -192,66 +211,102 @@ class SimPod:
             span.set_attribute("http.response.status_code", resp.status)
             return resp
 
-    def _validate(self, req: oa.GenRequest) -> list[int]:
-        if req.model is not None and req.model != self.model:
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model:
             raise oa.ApiError(
-                404, f"The model `{req.model}` does not exist.", "model", "NotFoundError", 404
+                404, f"The model `{model}` does not exist.", "model", "NotFoundError", 404
             )
-        tokens = tokenize(req.prompt)
-        if not tokens:
-            raise oa.ApiError(400, "The prompt must contain at least one token.", "prompt")
+
+    async def _prompt_tokens(
+        self, request: web.Request, prompts: list[Prompt], max_tokens: int
+    ) -> list[list[int]]:
+        """Each prompt's tokens, checked against the context length as vLLM does. A large
+        body is tokenized in a thread, in chunks (vLLM tokenizes off its engine loop too):
+        the pods of one simulator process share an event loop."""
+        if (request.content_length or 0) > OFFLOAD_BYTES:
+            return await asyncio.to_thread(self._count_tokens, prompts, max_tokens, True)
+        return self._count_tokens(prompts, max_tokens)
+
+    def _count_tokens(
+        self, prompts: list[Prompt], max_tokens: int, chunked: bool = False
+    ) -> list[list[int]]:
+        out = []
         limit = self.engine.max_request_tokens
-        if len(tokens) + req.max_tokens > limit:
-            raise oa.ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you "
-                f"requested {len(tokens) + req.max_tokens} tokens ({len(tokens)} in the "
-                f"messages, {req.max_tokens} in the completion).",
-                "max_tokens",
-            )
-        return tokens
+        tok = tokenize_chunked if chunked else tokenize
+        for prompt in prompts:
+            tokens = prompt_tokens(prompt, tok)
+            if not tokens:
+                raise oa.ApiError(400, "The prompt must contain at least one token.", "prompt")
+            if len(tokens) + max_tokens > limit:
+                raise oa.ApiError(
+                    400,
+                    f"This model's maximum context length is {limit} tokens. However, you "
+                    f"requested {len(tokens) + max_tokens} tokens ({len(tokens)} in the "
+                    f"messages, {max_tokens} in the completion).",
+                    "max_tokens",
+                )
+            out.append(tokens)
+        return out
+
+    def _refusal(self) -> web.Response | None:
+        """A not-running engine or an error fault answers instead of the engine."""
+        if not self.running:
+            return _error(oa.ApiError(503, "Engine is not running.", None, "server_error", 503))
+        return None
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = await _read_json(request)
             req = oa.parse_chat(body) if chat else oa.parse_completion(body)
-            prompt_tokens = self._validate(req)
+            self._check_model(req.model)
+            prompts = await self._prompt_tokens(request, req.prompts, req.max_tokens)
         except oa.ApiError as e:
             return _error(e)
-        if not self.running:
-            return _error(oa.ApiError(503, "Engine is not running.", None, "server_error", 503))
+        if (refused := self._refusal()) is not None:
+            return refused
         fault = self.faults.take()
         if fault is not None and fault.mode == "error":
             return _error(
                 oa.ApiError(fault.status, "Simulated fault.", None, "server_error", fault.status)
             )
-        out_seed = hash((self.seed, tuple(prompt_tokens))) & 0x7FFFFFFF
-        text = synth_text(req.max_tokens, out_seed)
-        words = text.split(" ")
-        pieces = [words[0], *(" " + w for w in words[1:])]
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         queue: asyncio.Queue[TokenEvent | None] = asyncio.Queue()
-        self._queues[rid] = queue
-        loop = asyncio.get_running_loop()
-        self.engine.submit(
-            rid, prompt_tokens, req.max_tokens, loop.time(), output_tokens=tokenize(text)
-        )
+        now = asyncio.get_running_loop().time()
+        # one engine request per (prompt, sample): choice i * n + j
+        texts: list[str] = []
+        pieces: list[list[str]] = []
+        choice_of: dict[str, int] = {}
+        for tokens in prompts:
+            for j in range(req.n):
+                key = (self.seed, tuple(tokens)) if j == 0 else (self.seed, tuple(tokens), j)
+                text = synth_text(req.max_tokens, hash(key) & 0x7FFFFFFF)
+                c = len(texts)
+                p = oa.output_pieces(text.split(" "), req.tool)
+                texts.append("".join(p))
+                pieces.append(p)
+                eid = rid if c == 0 else f"{rid}/{c}"
+                choice_of[eid] = c
+                self._queues[eid] = queue
+                self.engine.submit(eid, tokens, req.max_tokens, now, output_tokens=tokenize(text))
         self._wake.set()
-        ctx = _Ctx(req, rid, int(time.time()), self.model, len(prompt_tokens), fault)
+        n_prompt = sum(len(t) for t in prompts)
+        ctx = _Ctx(req, rid, int(time.time()), self.model, n_prompt, fault, choice_of)
         try:
             if req.stream:
                 return await self._stream(request, ctx, queue, pieces)
-            return await self._collect(request, ctx, queue, text)
+            return await self._collect(request, ctx, queue, texts)
         finally:
-            self._queues.pop(rid, None)
-            if rid in self.engine:
-                self.engine.abort(rid)
+            for eid in choice_of:
+                self._queues.pop(eid, None)
+                if eid in self.engine:
+                    self.engine.abort(eid)
 
     async def _collect(
-        self, request: web.Request, ctx: _Ctx, queue: asyncio.Queue, text: str
+        self, request: web.Request, ctx: _Ctx, queue: asyncio.Queue, texts: list[str]
     ) -> web.StreamResponse:
         n = 0
-        while True:
+        running = len(texts)
+        while running:
             ev = await queue.get()
             if ev is _ENGINE_FAILED:
                 return _error(oa.ApiError(500, "Engine failed.", None, "server_error", 500))
@@ -259,14 +314,14 @@ class SimPod:
             if ctx.drop_after is not None and n >= ctx.drop_after:
                 _drop(request)
             if ev.finished:
-                break
+                running -= 1
         if ctx.drop_after is not None:  # max_tokens < after_tokens: still no response
             _drop(request)
-        body = oa.full_response(ctx.req, ctx.rid, ctx.created, ctx.model, text, ctx.n_prompt, n)
+        body = oa.full_response(ctx.req, ctx.rid, ctx.created, ctx.model, texts, ctx.n_prompt, n)
         return _json(body)
 
     async def _stream(
-        self, request: web.Request, ctx: _Ctx, queue: asyncio.Queue, pieces: list[str]
+        self, request: web.Request, ctx: _Ctx, queue: asyncio.Queue, pieces: list[list[str]]
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -274,8 +329,8 @@ class SimPod:
         await resp.prepare(request)
         if ctx.drop_after == 0:
             _drop(request)
-        req, n, done = ctx.req, 0, False
-        while not done:
+        req, n, running = ctx.req, 0, len(pieces)
+        while running:
             batch = [await queue.get()]
             while not queue.empty():
                 batch.append(queue.get_nowait())
@@ -284,15 +339,18 @@ class SimPod:
                 if ev is _ENGINE_FAILED:
                     await resp.write(bytes(buf))
                     _drop(request)
+                c = ctx.choice_of[ev.req_id]
                 chunk = oa.chunk(
-                    req, ctx.rid, ctx.created, ctx.model, pieces[ev.index], ev.index, ev.finished
-                )
+                    req, ctx.rid, ctx.created, ctx.model, pieces[c][ev.index], ev.index,
+                    ev.finished, c,
+                )  # fmt: skip
                 buf += b"data: " + orjson.dumps(chunk) + b"\n\n"
                 n += 1
                 if ctx.drop_after is not None and n >= ctx.drop_after:
                     await resp.write(bytes(buf))
                     _drop(request)
-                done = ev.finished
+                if ev.finished:
+                    running -= 1
             await resp.write(bytes(buf))
         if ctx.drop_after is not None:  # fewer tokens than after_tokens: drop before [DONE]
             _drop(request)
@@ -304,9 +362,49 @@ class SimPod:
         await resp.write_eof()
         return resp
 
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """Each input is a prefill-only engine request (one token: the end of its prefill,
+        no decode step); the reply comes when all are done."""
+        try:
+            req = oa.parse_embedding(await _read_json(request))
+            self._check_model(req.model)
+            prompts = await self._prompt_tokens(request, req.prompts, 1)
+        except oa.ApiError as e:
+            return _error(e)
+        if (refused := self._refusal()) is not None:
+            return refused
+        fault = self.faults.take()
+        if fault is not None:  # drop: no reply at all
+            if fault.mode == "drop":
+                _drop(request)
+            return _error(
+                oa.ApiError(fault.status, "Simulated fault.", None, "server_error", fault.status)
+            )
+        rid = f"embd-{uuid.uuid4().hex}"
+        queue: asyncio.Queue[TokenEvent | None] = asyncio.Queue()
+        now = asyncio.get_running_loop().time()
+        eids = [rid if i == 0 else f"{rid}/{i}" for i in range(len(prompts))]
+        for eid, tokens in zip(eids, prompts, strict=True):
+            self._queues[eid] = queue
+            self.engine.submit(eid, tokens, 1, now)
+        self._wake.set()
+        try:
+            for _ in eids:
+                if await queue.get() is _ENGINE_FAILED:
+                    return _error(oa.ApiError(500, "Engine failed.", None, "server_error", 500))
+        finally:
+            for eid in eids:
+                self._queues.pop(eid, None)
+                if eid in self.engine:
+                    self.engine.abort(eid)
+        vectors = [oa.embedding_vector(t, req.dimensions) for t in prompts]
+        n_prompt = sum(len(t) for t in prompts)
+        body = oa.embeddings_response(req, rid, int(time.time()), self.model, vectors, n_prompt)
+        return _json(body)
+
 
 class _Ctx:
-    __slots__ = ("created", "drop_after", "model", "n_prompt", "req", "rid")
+    __slots__ = ("choice_of", "created", "drop_after", "model", "n_prompt", "req", "rid")
 
     def __init__(
         self,
@@ -316,12 +414,14 @@ class _Ctx:
         model: str,
         n_prompt: int,
         fault: Fault | None,
+        choice_of: dict[str, int],
     ) -> None:
         self.req = req
         self.rid = rid
         self.created = created
         self.model = model
         self.n_prompt = n_prompt
+        self.choice_of = choice_of  # engine request id -> choice index
         self.drop_after = fault.after_tokens if fault is not None and fault.mode == "drop" else None
 
 

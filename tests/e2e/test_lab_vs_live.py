@@ -2,7 +2,8 @@
 stack (simulator pods and every real service, started by the launcher) with `headroom
 replay`, and through the routing lab; TTFT and TPOT p50 agree within 25%.
 
-The Azure trace has smooth arrivals; Mooncake's simultaneous bursts expose a live-stack
+The slice comes from tests/data/traces (the head of the Azure code trace, shipped with its
+licence). The Azure trace has smooth arrivals; Mooncake's simultaneous bursts expose a live-stack
 artifact the lab does not model (docs/benchmarks.md, "Lab vs live").
 `pytest -s` prints both reports' numbers."""
 
@@ -15,7 +16,7 @@ import pytest
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from bench.lab.synthetic import traces_dir
+from bench.lab.synthetic import TRACE_SLICES_DIR
 from bench.replay import Replayer, report
 from bench.traces import read_trace
 from tests.e2e.conftest import running_stack
@@ -24,13 +25,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 PODS = 2
 SLICE = {"offset": 0, "limit": 40, "rate_scale": 1.0}
-TRACE = "azure_2023_code.csv"
+TRACE = "azure_2023_code_head300.csv"
 TOLERANCE = 0.25
 
 
 def _trace_path() -> str:
-    path = traces_dir() / TRACE
-    assert path.is_file(), f"{path} is missing: set HEADROOM_TRACES_DIR to ../shared/traces"
+    path = TRACE_SLICES_DIR / TRACE
+    assert path.is_file(), f"{path} is missing from the checkout"
     return str(path)
 
 

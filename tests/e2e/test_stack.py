@@ -49,6 +49,13 @@ async def test_openai_client_streaming_and_not(stack):
     try:
         models = await client.models.list()
         assert DEFAULT_MODEL in [m.id for m in models.data]
+        # the pods' context length, read by the collector from their /v1/models (vLLM's
+        # max_model_len field) and reported back by the gateway
+        [model] = [m for m in models.data if m.id == DEFAULT_MODEL]
+        assert model.model_extra.get("max_model_len") == 131_072
+        with pytest.raises(openai.BadRequestError) as e:
+            await client.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=10**9)
+        assert e.value.code == "context_length_exceeded" and "131072" in e.value.message
 
         c = await client.completions.create(model=DEFAULT_MODEL, prompt="Hi there", max_tokens=5)
         assert c.choices[0].text and c.usage.completion_tokens == 5

@@ -1,4 +1,4 @@
-"""asgi.on_disconnect and asgi.read_body against real uvicorn servers on loopback (httptools,
+"""asgi.on_disconnect and limits.read_body against real uvicorn servers on loopback (httptools,
 the gateway's parser, and h11).
 
 The fence around uvicorn's internals: on its request cycle the disconnect is seen without a
@@ -16,7 +16,7 @@ import contextlib
 import pytest
 import uvicorn
 
-from services.gateway import asgi
+from services.gateway import asgi, limits
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -47,7 +47,7 @@ class App:
                 await inner_send(msg)
 
         try:
-            body = await asgi.read_body(receive)
+            body = await limits.read_body(receive, {}, 1 << 20)
         except asgi.ClientDisconnected:
             self.events.append("body_interrupted")
             self.gone.set()

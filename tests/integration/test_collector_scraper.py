@@ -25,6 +25,14 @@ class FakePod:
         self.peers: list[tuple] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
+        self.models: dict | None = None  # the /v1/models body (None: 404)
+        self.model_calls = 0
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.model_calls += 1
+        if self.models is None:
+            raise web.HTTPNotFound()
+        return web.json_response(self.models)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self.peers.append(request.transport.get_extra_info("peername"))
@@ -35,6 +43,7 @@ class FakePod:
     async def start(self) -> FakePod:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/v1/models", self._models)
         self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -138,3 +147,58 @@ async def test_scrape_custom_metrics_path(session):
         assert out.reason is None and out.record.waiting == 1.0
     finally:
         await runner.cleanup()
+
+
+async def test_context_length_from_the_model_list(pod, session):
+    pod.models = {"object": "list", "data": [
+        {"id": MODEL, "object": "model", "max_model_len": 8192},
+        {"id": "lora-a", "object": "model", "max_model_len": 8192, "parent": MODEL},
+    ]}  # fmt: skip
+    now = [0.0]
+    scraper = Scraper(session, timeout_s=5.0, model_info_refresh_s=60.0, timer=lambda: now[0])
+    target = PodTarget("pod-0", pod.url)
+    for _ in range(3):  # read once, then cached
+        out = await scraper.scrape(target)
+        assert out.reason is None and out.record.max_model_len == 8192
+    assert pod.model_calls == 1
+    now[0] = 61.0  # due again: a changed value is picked up
+    pod.models["data"][0]["max_model_len"] = pod.models["data"][1]["max_model_len"] = 4096
+    assert (await scraper.scrape(target)).record.max_model_len == 4096
+    assert pod.model_calls == 2
+    # a failing model list keeps the known value and is retried sooner than the refresh
+    now[0] = 130.0
+    pod.models = None
+    assert (await scraper.scrape(target)).record.max_model_len == 4096
+    assert pod.model_calls == 3
+    now[0] = 131.0
+    assert (await scraper.scrape(target)).record.max_model_len == 4096
+    assert pod.model_calls == 3
+    now[0] = 136.0
+    await scraper.scrape(target)
+    assert pod.model_calls == 4
+    scraper.forget("pod-0")  # a pod that left is forgotten
+    assert (await scraper.scrape(target)).record.max_model_len is None
+
+
+async def test_no_model_list_never_fails_the_scrape(pod, session):
+    out = await Scraper(session, timeout_s=5.0).scrape(PodTarget("p", pod.url))
+    assert out.reason is None and out.record.ready and out.record.max_model_len is None
+    off = Scraper(session, timeout_s=5.0, model_info_path="")
+    assert (await off.scrape(PodTarget("q", pod.url))).record.max_model_len is None
+    assert pod.model_calls == 1  # "" turns the model list off
+
+
+@pytest.mark.parametrize(
+    ("models", "expected"),
+    [
+        ({"data": [{"max_model_len": 5}, {"max_model_len": 3}]}, 3),
+        ({"data": [{"id": "m"}]}, None),
+        ({"data": [{"max_model_len": True}, {"max_model_len": -1}, {"max_model_len": "9"}]}, None),
+        ({"data": "x"}, None),
+        ([], None),
+    ],
+)
+def test_max_model_len_of_a_model_list(models, expected):
+    from services.collector.scraper import max_model_len
+
+    assert max_model_len(models) == expected

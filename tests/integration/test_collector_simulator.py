@@ -41,6 +41,7 @@ async def test_collector_reads_simulated_pods(isolated, nc):
         for rec in snap.pods:
             assert rec.models == [DEFAULT_MODEL]
             assert (rec.waiting, rec.running, rec.kv_usage, rec.prefix_hit_rate) == (0, 0, 0, 0)
+            assert rec.max_model_len == a.engine.max_request_tokens  # from the pod's /v1/models
 
         # a long request shows up as load on sim-a only
         long = asyncio.create_task(_complete(a.url, 300))

@@ -27,7 +27,11 @@ CHAT = "/v1/chat/completions"
         (CMPL, {"model": MODEL, "prompt": "x", "max_tokens": "9"}, "max_tokens"),
         (CMPL, {"model": MODEL, "prompt": "x", "stream": "true"}, "stream"),
         (CHAT, {"model": MODEL}, "messages"),
-        (CHAT, {"model": MODEL, "messages": [{"role": "user", "content": 5}]}, "messages[0]"),
+        (
+            CHAT,
+            {"model": MODEL, "messages": [{"role": "user", "content": 5}]},
+            "messages[0].content",
+        ),
     ],
 )
 async def test_bad_requests_are_400(isolated, path, body, param):

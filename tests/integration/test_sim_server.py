@@ -158,7 +158,8 @@ BAD_REQUESTS = [
     ("/v1/completions", b"[1, 2]", None),
     ("/v1/completions", b"{}", "prompt"),
     ("/v1/completions", b'{"prompt": 5}', "prompt"),
-    ("/v1/completions", b'{"prompt": ["a", "b"]}', "prompt"),
+    ("/v1/completions", b'{"prompt": ["a", 2]}', "prompt"),
+    ("/v1/completions", b'{"prompt": "a", "n": 0}', "n"),
     ("/v1/completions", b'{"prompt": "a", "max_tokens": "7"}', "max_tokens"),
     ("/v1/completions", b'{"prompt": "a", "max_tokens": 0}', "max_tokens"),
     ("/v1/completions", b'{"prompt": "a", "stream": "yes"}', "stream"),
@@ -169,6 +170,9 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", b'{"messages": [{"role": "user"}]}', "messages"),
     ("/v1/chat/completions", b'{"messages": [{"content": "x"}]}', "messages"),
     ("/v1/chat/completions", b'{"messages": "hi"}', "messages"),
+    ("/v1/embeddings", b'{"input": ""}', "input"),
+    ("/v1/embeddings", b'{"input": [1, "a"]}', "input"),
+    ("/v1/embeddings", b'{"input": "a", "encoding_format": "hex"}', "encoding_format"),
 ]
 
 
@@ -496,3 +500,80 @@ async def test_openai_client_completions_and_chat(pod):
         assert [m.id for m in models.data] == [DEFAULT_MODEL]
     finally:
         await client.close()
+
+
+# ---- OpenAI coverage: n, batches, token ids, tool calls, embeddings -------------------------
+
+
+async def test_n_and_batches_are_the_work_of_every_sequence(pod, http):
+    before = await metrics(http, pod)
+    req = {"prompt": ["one two", "three four five"], "n": 2, "max_tokens": 3}
+    async with http.post(pod.url + "/v1/completions", json=req) as r:
+        assert r.status == 200
+        body = await r.json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    assert body["choices"][0]["text"] != body["choices"][1]["text"]  # two samples of prompt 0
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
+    after = await metrics(http, pod)
+    gen = "vllm:generation_tokens_total"
+    assert value(after, gen) - value(before, gen) == 12  # 4 sequences of 3 tokens
+    assert (
+        value(after, "vllm:request_success_total") - value(before, "vllm:request_success_total")
+        == 4
+    )
+
+    async with http.post(pod.url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "n": 2, "max_tokens": 2, "stream": True,
+    }) as r:  # fmt: skip
+        events = await sse_events(r)
+    chunks = [orjson.loads(e) for e in events[:-1]]
+    assert sorted(c["choices"][0]["index"] for c in chunks) == [0, 0, 1, 1]
+
+
+async def test_forced_tool_call(pod, http):
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}}]  # fmt: skip
+    req = {"messages": [{"role": "user", "content": "find it"}], "tools": tools,
+           "tool_choice": "required", "max_tokens": 4}  # fmt: skip
+    async with http.post(pod.url + "/v1/chat/completions", json=req) as r:
+        body = await r.json()
+    [choice] = body["choices"]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "lookup"
+    assert list(orjson.loads(call["function"]["arguments"])) == ["query"]
+    auto = {**req, "tool_choice": "auto"}
+    async with http.post(pod.url + "/v1/chat/completions", json=auto) as r:
+        body = await r.json()
+    assert (
+        body["choices"][0]["message"]["content"] and body["choices"][0]["finish_reason"] == "length"
+    )
+
+
+async def test_embeddings_are_prefill_only(pod, http):
+    before = await metrics(http, pod)
+    req = {"model": DEFAULT_MODEL, "input": ["a b c", "d e"], "dimensions": 16}
+    async with http.post(pod.url + "/v1/embeddings", json=req) as r:
+        assert r.status == 200
+        body = await r.json()
+    assert body["object"] == "list" and [d["index"] for d in body["data"]] == [0, 1]
+    assert all(len(d["embedding"]) == 16 for d in body["data"])
+    assert body["usage"]["prompt_tokens"] == 5
+    after = await metrics(http, pod)
+    assert value(after, "vllm:prompt_tokens_total") - value(before, "vllm:prompt_tokens_total") == 5
+    ttft = "vllm:time_to_first_token_seconds_count"
+    assert value(after, ttft) - value(before, ttft) == 2  # one prefill per input
+    async with http.post(pod.url + "/v1/embeddings", json=req) as r:
+        again = await r.json()
+    assert again["data"] == body["data"]  # deterministic vectors
+
+
+async def test_http_requests_are_counted_as_vllm_does(pod, http):
+    async with http.post(pod.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}) as r:
+        assert r.status == 200
+    async with http.post(pod.url + "/v1/completions", json={"prompt": 5}) as r:
+        assert r.status == 400
+    m = await metrics(http, pod)
+    reqs = {dict(k)["status"]: v for k, v in m["http_requests_total"].items()
+            if dict(k)["handler"] == "/v1/completions"}  # fmt: skip
+    assert reqs == {"2xx": 1, "4xx": 1}

@@ -38,6 +38,10 @@ class ScriptedScraper:
         self.max_inflight: dict[str, int] = {}
         self.fail: set[str] = set()
         self.now = 1000.0
+        self.forgotten: list[str] = []
+
+    def forget(self, name: str) -> None:
+        self.forgotten.append(name)
 
     async def scrape(self, t: PodTarget) -> ScrapeOutcome:
         self.calls[t.name] = self.calls.get(t.name, 0) + 1
@@ -146,6 +150,7 @@ async def test_removed_pod_disappears_and_its_metrics_are_dropped():
     disc.list = _targets("a")
     snap = await c.run_cycle(wait_s=1.0)
     assert [p.name for p in snap.pods] == ["a"]
+    assert scraper.forgotten == ["b"]  # the scraper drops what it cached about b
     reg = c.metrics.registry
     assert (
         reg.get_sample_value(

@@ -7,7 +7,7 @@ import pytest
 
 from services.gateway.errors import GatewayError, error_body, sse_error_event
 from services.gateway.openai_request import parse_request
-from services.gateway.prompt import prompt_tokens
+from services.gateway.prompt import request_tokens
 from shared.tokenizer import render_chat, tokenize
 
 
@@ -41,7 +41,7 @@ def j(obj) -> bytes:
         ("chat", j({"model": "m"}), "messages"),
         ("chat", j({"model": "m", "messages": []}), "messages"),
         ("chat", j({"model": "m", "messages": "hi"}), "messages"),
-        ("chat", j({"model": "m", "messages": [{"role": "user"}]}), "messages[0]"),
+        ("chat", j({"model": "m", "messages": [{"role": "user"}]}), "messages[0].content"),
         ("chat", j({"model": "m", "messages": [{"role": 1, "content": "x"}]}), "messages[0]"),
         (
             "chat",
@@ -73,23 +73,24 @@ def test_invalid_requests_are_400_naming_the_field(kind, raw, param):
 
 def test_completions_request():
     p = parse_request(j({"model": "m", "prompt": "hello world", "max_tokens": 7}), "completions")
-    assert (p.model, p.texts, p.stream, p.include_usage, p.max_tokens) == (
-        "m", ["hello world"], False, False, 7,
+    assert (p.model, p.prompts, p.stream, p.include_usage, p.max_tokens, p.n) == (
+        "m", [["hello world"]], False, False, 7, 1,
     )  # fmt: skip
 
 
 def test_list_prompt():
     p = parse_request(j({"model": "m", "prompt": ["a b", "c"]}), "completions")
-    assert p.texts == ["a b", "c"]
-    assert prompt_tokens(p.texts) == tokenize("a b") + tokenize("c")
+    assert p.prompts == [["a b"], ["c"]]
+    # routed as one batch (the prefill is the sum); the longest prompt must fit the context
+    assert request_tokens(p.prompts) == (tokenize("a b") + tokenize("c"), 2)
 
 
 def test_chat_request_renders_messages():
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     p = parse_request(j({"model": "m", "messages": msgs, "max_tokens": 3,
                          "max_completion_tokens": 9}), "chat")  # fmt: skip
-    assert p.texts == ["<|system|> be brief\n<|user|> hi\n<|assistant|>"]
-    assert p.texts == [render_chat(msgs)]
+    assert p.prompts == [["<|system|> be brief\n<|user|> hi\n<|assistant|>"]]
+    assert p.prompts == [[render_chat(msgs)]]
     assert p.max_tokens == 9
 
 
@@ -124,7 +125,8 @@ def test_chat_content_parts_render_like_plain_text():
     plain = [{"role": "user", "content": "Hello, world!"}]
     parts = [{"role": "user", "content": [{"type": "text", "text": "Hello, "},
                                           {"type": "text", "text": "world!"}]}]  # fmt: skip
-    assert parse_request(j({"model": "m", "messages": parts}), "chat").texts == [render_chat(plain)]
+    p = parse_request(j({"model": "m", "messages": parts}), "chat")
+    assert p.prompts == [[render_chat(plain)]]
     for bad in ([{"type": "image_url"}], 3, None):
         with pytest.raises(GatewayError) as e:
             parse_request(j({"model": "m", "messages": [{"role": "user", "content": bad}]}), "chat")

@@ -59,3 +59,46 @@ def test_defaults_when_upstream_omits_ids():
     out = acc.completion("rid", "model-x", 42)
     assert out["id"] == "cmpl-rid" and out["created"] == 42 and out["model"] == "model-x"
     assert out["choices"][0]["text"] == "z"
+
+
+def test_tool_call_deltas_fold_into_one_call():
+    acc = StreamAccumulator("chat")
+    call0 = {"index": 0, "id": "call-1", "type": "function",
+             "function": {"name": "get_weather", "arguments": ""}}  # fmt: skip
+    assert acc.feed(chat({"role": "assistant", "tool_calls": [call0]}), 1.0)
+    assert acc.feed(
+        chat({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}), 1.1
+    )
+    assert acc.feed(chat({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]},
+                         "tool_calls"), 1.2)  # fmt: skip
+    assert acc.first_token_at == 1.0 and acc.token_chunks == 3
+    [choice] = acc.completion("rid", "m", 9)["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"] == {
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "call-1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}],
+    }  # fmt: skip
+
+
+def test_other_delta_strings_logprobs_and_stop_reason_are_kept():
+    acc = StreamAccumulator("chat")
+    lp = {"content": [{"token": "a", "logprob": -0.1}], "refusal": None}
+    acc.feed(
+        {"choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "logprobs": lp}]}, 1.0
+    )
+    acc.feed({"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": lp,
+                           "finish_reason": "stop", "stop_reason": 7}]}, 1.1)  # fmt: skip
+    [c] = acc.completion("rid", "m", 9)["choices"]
+    assert c["message"] == {"role": "assistant", "content": "a", "reasoning_content": "think"}
+    assert c["logprobs"] == {"content": lp["content"] * 2, "refusal": None}
+    assert (c["finish_reason"], c["stop_reason"]) == ("stop", 7)
+
+
+def test_n_choices_count_their_own_chunks():
+    acc = StreamAccumulator("completions")
+    for i in range(3):
+        for idx in (0, 1):
+            acc.feed(cmpl(idx, f"t{i}"), 1.0 + i)
+    acc.feed(cmpl(2, "x"), 5.0)
+    assert acc.token_chunks == 7 and acc.choice_chunks == 3  # TPOT over one choice's tokens

@@ -66,3 +66,11 @@ def test_compare_writes_outputs(trace, tmp_path, capsys):
 def test_traces_dir_env(monkeypatch, tmp_path):
     monkeypatch.setenv("HEADROOM_TRACES_DIR", str(tmp_path))
     assert traces_dir() == tmp_path
+
+
+def test_traces_dir_default_is_beside_the_checkout(monkeypatch):
+    from bench.lab.synthetic import CHECKOUT, TRACE_SLICES_DIR
+
+    monkeypatch.delenv("HEADROOM_TRACES_DIR", raising=False)
+    assert traces_dir() == CHECKOUT.parent / "shared" / "traces"
+    assert TRACE_SLICES_DIR.is_relative_to(CHECKOUT) and TRACE_SLICES_DIR.is_dir()

@@ -24,8 +24,9 @@ from services.trainer.metrics import TrainerMetrics
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 OURS = re.compile(r"^(headroom|inference_objective)_[a-z][a-z0-9_]*[a-z0-9]$")
 LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-# model-server names we reproduce verbatim (REFERENCE section 4): valid, not ours to rename
-FOREIGN = ("vllm:", "jetstream_", "sglang:", "tgi_")
+# model-server names we reproduce verbatim (REFERENCE section 4; http_requests_total is
+# vLLM's API server's, from prometheus-fastapi-instrumentator): valid, not ours to rename
+FOREIGN = ("vllm:", "jetstream_", "sglang:", "tgi_", "http_requests")
 NON_BASE_UNITS = ("_ms", "_milliseconds", "_microseconds", "_us", "_minutes", "_hours", "_percent")
 TIME_WORDS = ("duration", "latency", "seconds", "_time")
 

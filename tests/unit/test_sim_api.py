@@ -17,19 +17,22 @@ from services.simulator.settings import DEFAULT_MODEL, SimulatorSettings
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({"prompt": "hi"}, ("hi", 16, False, False)),
-        ({"prompt": ["hi"], "max_tokens": 3}, ("hi", 3, False, False)),
-        ({"prompt": "hi", "max_tokens": None, "stream": True}, ("hi", 16, True, False)),
+        ({"prompt": "hi"}, ([["hi"]], 16, False, False)),
+        ({"prompt": ["hi"], "max_tokens": 3}, ([["hi"]], 3, False, False)),
+        ({"prompt": ["a", "b"]}, ([["a"], ["b"]], 16, False, False)),
+        ({"prompt": [1, 2]}, ([[[1, 2]]], 16, False, False)),
+        ({"prompt": [[1], [2, 3]]}, ([[[1]], [[2, 3]]], 16, False, False)),
+        ({"prompt": "hi", "max_tokens": None, "stream": True}, ([["hi"]], 16, True, False)),
         (
             {"prompt": "hi", "stream": True, "stream_options": {"include_usage": True}},
-            ("hi", 16, True, True),
+            ([["hi"]], 16, True, True),
         ),
-        ({"prompt": "hi", "temperature": 0.7, "top_p": 1}, ("hi", 16, False, False)),
+        ({"prompt": "hi", "temperature": 0.7, "top_p": 1}, ([["hi"]], 16, False, False)),
     ],
 )
 def test_parse_completion_ok(body, expected):
     req = oa.parse_completion(body)
-    assert (req.prompt, req.max_tokens, req.stream, req.include_usage) == expected
+    assert (req.prompts, req.max_tokens, req.stream, req.include_usage) == expected
     assert not req.chat
 
 
@@ -39,7 +42,11 @@ def test_parse_completion_ok(body, expected):
         ("text", None),
         ({}, "prompt"),
         ({"prompt": None}, "prompt"),
-        ({"prompt": [1, 2]}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": ["a", 1]}, "prompt"),
+        ({"prompt": [1, -2]}, "prompt"),
+        ({"prompt": [[1], []]}, "prompt"),
+        ({"prompt": "x", "n": 0}, "n"),
         ({"prompt": "x", "max_tokens": True}, "max_tokens"),
         ({"prompt": "x", "max_tokens": 1.5}, "max_tokens"),
         ({"prompt": "x", "max_tokens": -1}, "max_tokens"),
@@ -72,7 +79,7 @@ def test_parse_chat_renders_template_and_limits():
         }
     )
     assert req.chat and req.max_tokens == 7
-    assert req.prompt == "<|system|> S\n<|user|> ab\n<|assistant|>"
+    assert req.prompts == [["<|system|> S\n<|user|> ab\n<|assistant|>"]]
     assert oa.parse_chat({"messages": [{"role": "user", "content": "x"}]}).max_tokens == 128
 
 
@@ -103,6 +110,71 @@ def test_chunks_shapes():
     assert last["choices"][0]["finish_reason"] == "length"
     u = oa.usage_chunk(req, "id", 1, "m", 4, 2)
     assert u["choices"] == [] and u["usage"]["total_tokens"] == 6
+
+
+def test_parse_chat_accepts_tools_tool_calls_and_parts():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}},
+             {"type": "function", "function": {"name": "g"}}]  # fmt: skip
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "see"},
+                                     {"type": "image_url", "image_url": {"url": "u"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "ok"},
+    ]  # fmt: skip
+    req = oa.parse_chat({"messages": msgs, "tools": tools, "n": 3, "response_format": {
+        "type": "json_object"}, "logprobs": True, "seed": 4})  # fmt: skip
+    assert req.n == 3 and req.tool is None and req.choices == 3
+    assert oa.forced_tool({"tools": tools, "tool_choice": "required"}) == oa.Tool("f", "city")
+    named = {"type": "function", "function": {"name": "g"}}
+    assert oa.forced_tool({"tools": tools, "tool_choice": named}) == oa.Tool("g", "input")
+    assert oa.forced_tool({"tools": tools, "tool_choice": "auto"}) is None
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}
+    assert oa.forced_tool({"tools": tools, "tool_choice": allowed}) is None
+    assert oa.forced_tool({"tool_choice": "required"}) is None
+
+
+def test_tool_call_output_is_one_json_object():
+    import json
+
+    tool = oa.Tool("f", "city")
+    pieces = oa.output_pieces(["a", "b", "c"], tool)
+    assert len(pieces) == 3 and json.loads("".join(pieces)) == {"city": "a b c"}
+    assert json.loads("".join(oa.output_pieces(["z"], tool))) == {"city": "z"}
+    req = oa.GenRequest(True, None, [["x"]], 2, True, False, 1, tool)
+    first = oa.chunk(req, "rid", 1, "m", pieces[0], 0, False)
+    delta = first["choices"][0]["delta"]
+    assert delta["role"] == "assistant" and delta["tool_calls"][0]["function"]["name"] == "f"
+    last = oa.chunk(req, "rid", 1, "m", pieces[-1], 2, True, choice=1)
+    assert last["choices"][0]["index"] == 1 and last["choices"][0]["finish_reason"] == "tool_calls"
+    full = oa.full_response(req, "rid", 1, "m", ["".join(pieces)], 3, 3)
+    msg = full["choices"][0]["message"]
+    assert msg["content"] is None and msg["tool_calls"][0]["function"]["arguments"] == "".join(
+        pieces
+    )
+
+
+def test_parse_embedding_and_vectors():
+    import base64
+
+    import numpy as np
+
+    req = oa.parse_embedding({"input": ["a", "b"], "encoding_format": "base64", "dimensions": 8})
+    assert req.prompts == [["a"], ["b"]] and req.base64 and req.dimensions == 8
+    assert oa.parse_embedding({"input": [1, 2]}).dimensions == oa.EMBED_DIMENSIONS
+    v = oa.embedding_vector([1, 2, 3], 8)
+    assert np.allclose(v, oa.embedding_vector([1, 2, 3], 8)) and abs(np.linalg.norm(v) - 1) < 1e-6
+    body = oa.embeddings_response(req, "id", 1, "m", [v, v], 2)
+    assert np.allclose(np.frombuffer(base64.b64decode(body["data"][1]["embedding"]), "<f4"), v)
+    assert body["usage"] == {"prompt_tokens": 2, "total_tokens": 2, "completion_tokens": 0}
+    for bad, param in (({"input": ""}, "input"), ({"input": None}, "input"),
+                       ({"input": "a", "dimensions": 0}, "dimensions"),
+                       ({"input": "a", "dimensions": 10**6}, "dimensions"),
+                       ({"input": "a", "encoding_format": "hex"}, "encoding_format")):  # fmt: skip
+        with pytest.raises(oa.ApiError) as e:
+            oa.parse_embedding(bad)
+        assert e.value.param == param
 
 
 # ---- faults -----------------------------------------------------------------------------

@@ -199,6 +199,16 @@ class PodView:
         """Union of the models the ready pods serve, sorted."""
         return sorted({m for r in self._records.values() if r.ready for m in r.models})
 
+    def context_lengths(self) -> dict[str, int]:
+        """The largest context length (``max_model_len``) a ready pod reports per model, for
+        the models some ready pod reports one for."""
+        out: dict[str, int] = {}
+        for r in self._records.values():
+            if r.ready and r.max_model_len:
+                for m in r.models:
+                    out[m] = max(out.get(m, 0), r.max_model_len)
+        return out
+
     def candidates(self, model: str, now: float) -> list[Candidate]:
         """Ready pods serving ``model``, sorted by name, each with its current load."""
         out = []
