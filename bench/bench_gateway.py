@@ -26,6 +26,7 @@ import json
 import os
 import random
 import sys
+import tempfile
 import time
 import uuid
 
@@ -59,13 +60,18 @@ def prompts(n: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 async def one(
-    http: aiohttp.ClientSession, url: str, prompt: str, stream: bool, max_tokens: int
+    http: aiohttp.ClientSession,
+    url: str,
+    prompt: str,
+    stream: bool,
+    max_tokens: int,
+    headers: dict[str, str] | None = None,
 ) -> dict:
     body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "stream": stream}
     t0 = time.perf_counter()
     ttft = None
     try:
-        async with http.post(url + "/v1/completions", json=body) as r:
+        async with http.post(url + "/v1/completions", json=body, headers=headers) as r:
             if stream:
                 async for line in r.content:
                     if ttft is None and line.startswith(b"data:") and b"[DONE]" not in line:
@@ -92,6 +98,7 @@ async def phase(
     duration_s: float,
     max_tokens: int,
     seed: int,
+    gateway_headers: dict[str, str] | None = None,
 ) -> tuple[list[dict], list[dict], float]:
     """Poisson arrivals; each request sent directly and through the gateway at once."""
     rng = np.random.default_rng(seed)
@@ -105,7 +112,7 @@ async def phase(
         a, b = texts[i % len(texts)]
         d, g = await asyncio.gather(
             one(http, pod_urls[i % len(pod_urls)], a, stream, max_tokens),
-            one(http, gateway_url, b, stream, max_tokens),
+            one(http, gateway_url, b, stream, max_tokens, gateway_headers),
         )
         direct.append(d)
         via.append(g)
@@ -135,8 +142,14 @@ async def gateway_histograms(http: aiohttp.ClientSession, url: str) -> dict:
     """Count and sum of the gateway's prediction-call and scheduling-cycle histograms."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with http.get(url + "/metrics") as r:
-        text = await r.text()
+    for attempt in range(3):  # a pooled connection the server closed while idle: retry
+        try:
+            async with http.get(url + "/metrics") as r:
+                text = await r.text()
+            break
+        except aiohttp.ServerDisconnectedError:
+            if attempt == 2:
+                raise
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         if fam.name in ("headroom_gateway_predict_seconds",
@@ -235,8 +248,10 @@ async def measure(args: argparse.Namespace, stack) -> dict:
     conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
         # warm-up: connections, first predictions, not measured
+        auth = {"authorization": f"Bearer {args.client_key}"} if args.client_key else None
         await phase(http, stack.gateway_url, pods, warm, stream=True, rate=args.rate,
-                    duration_s=2.0, max_tokens=args.max_tokens, seed=99)  # fmt: skip
+                    duration_s=2.0, max_tokens=args.max_tokens, seed=99,
+                    gateway_headers=auth)  # fmt: skip
         # idle: what the gateway spends with no requests (pod metrics, model watch, ...)
         await asyncio.sleep(1.0)
         cpu0, t0 = proc_cpu_s(gw.proc.pid), time.perf_counter()
@@ -252,6 +267,7 @@ async def measure(args: argparse.Namespace, stack) -> dict:
             direct, via, elapsed = await phase(
                 http, stack.gateway_url, pods, texts[:n] if stream else texts[n:], stream=stream, rate=args.rate,
                 duration_s=args.duration, max_tokens=args.max_tokens, seed=1 if stream else 2,
+                gateway_headers=auth,
             )  # fmt: skip
             cpu = proc_cpu_s(gw.proc.pid) - cpu0
             user_kernel = tuple(
@@ -272,6 +288,7 @@ async def measure(args: argparse.Namespace, stack) -> dict:
         "rate_rps": args.rate,
         "pods": args.pods,
         "max_tokens": args.max_tokens,
+        "api_keys": args.api_keys,
         "added_ttft_ms": added(*s.pop("_raw"), "ttft"),
         "added_e2e_ms": added(*ns.pop("_raw"), "e2e"),
         "gateway_cpu_ms_per_streamed_request": s["gateway_cpu_ms_per_request"],
@@ -307,9 +324,35 @@ def run(argv: list[str]) -> int:
         help="route by a model fitted on load features (measures routing effects too, "
         "not only the gateway's overhead)",
     )
+    p.add_argument(
+        "--api-keys",
+        choices=("off", "on", "limited"),
+        default="off",
+        help="off: no key file (the default gateway); on: a key file, every gateway request "
+        "carries a valid key; limited: that key also has request and token limits (never "
+        "reached: the Redis round trip, the prompt-token count and the output-token charge "
+        "are paid on every request)",
+    )
     p.add_argument("--json", default=None, metavar="OUT")
     args = p.parse_args(argv)
     return asyncio.run(_main(args))
+
+
+def _key_env(args: argparse.Namespace, directory: str) -> dict[str, str]:
+    """The gateway's key-file settings for ``--api-keys``; sets ``args.client_key``."""
+    from services.gateway.api_keys import KeyPolicy, RateLimit, dump_key_file, new_api_key
+
+    args.client_key = None
+    if args.api_keys == "off":
+        return {}
+    policy = KeyPolicy()
+    if args.api_keys == "limited":  # far above the offered load: checked, never refused
+        policy = KeyPolicy(requests=RateLimit(10**7, 10**7), tokens=RateLimit(10**9, 10**9))
+    rec, args.client_key = new_api_key("bench", policy)
+    path = os.path.join(directory, "keys.yaml")
+    with open(path, "w") as f:
+        f.write(dump_key_file([rec]))
+    return {"HEADROOM_GATEWAY_API_KEYS_PATH": path, "HEADROOM_GATEWAY_POD_AUTH": "none"}
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -324,6 +367,8 @@ async def _main(args: argparse.Namespace) -> int:
     redis_url, s = embedded.ensure("redis", args.redis_url)
     started += [s] if s else []
     stack = None
+    keys_dir = tempfile.TemporaryDirectory(prefix="headroom-bench-keys-")
+    gateway_env = {"HEADROOM_GATEWAY_PROFILE": args.profile, **_key_env(args, keys_dir.name)}
     try:
         version = await publish_model(redis_url, names, pod_neutral=not args.real_model)
         config = StackConfig(
@@ -331,7 +376,7 @@ async def _main(args: argparse.Namespace) -> int:
             pool=f"bench{uuid.uuid4().hex[:6]}", gateway_port=embedded.free_port(),
             pods=args.pods, predictors=1, log_level="WARNING",
             env={"trainer": {"HEADROOM_TRAINER_MIN_SAMPLES": "100000000"},
-                 "gateway": {"HEADROOM_GATEWAY_PROFILE": args.profile},
+                 "gateway": gateway_env,
                  **json.loads(os.environ.get("HEADROOM_BENCH_EXTRA_ENV", "{}"))},
         )  # fmt: skip
         stack = Stack(config, log=lambda line: None)
@@ -342,6 +387,7 @@ async def _main(args: argparse.Namespace) -> int:
         if stack is not None:
             await asyncio.to_thread(stack.stop)
         await delete_namespace(redis_url, names)
+        keys_dir.cleanup()
         for srv in started:
             srv.stop()
     write_result(result, args.json)

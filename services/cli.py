@@ -91,7 +91,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _bench(argv: list[str]) -> int:
     """`headroom bench predictor|gateway|inference|prediction-bound ...` (each parses its own
     options)."""
-    kinds = ("predictor", "gateway", "inference", "prediction-bound")
+    kinds = ("predictor", "gateway", "inference", "prediction-bound", "access")
     if not argv or argv[0] not in kinds:
         print(f"usage: headroom bench {{{','.join(kinds)}}} [options] (--help for each)")
         return 2
@@ -101,6 +101,8 @@ def _bench(argv: list[str]) -> int:
         from bench.bench_gateway import run
     elif argv[0] == "inference":
         from bench.bench_inference import run
+    elif argv[0] == "access":
+        from bench.bench_access import run
     else:
         from bench.bench_prediction_bound import run
     return run(argv[1:])
@@ -118,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
         from services import model_cli
 
         sys.exit(model_cli.main(argv[1:]))
+    if argv and argv[0] == "keys":
+        from services import keys_cli
+
+        sys.exit(keys_cli.main(argv[1:]))
     if argv and argv[0] in SERVICES:
         module = importlib.import_module(f"services.{argv[0]}.main")
         module.main(argv[1:])
@@ -136,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
     up.set_defaults(func=_up)
     sub.add_parser("model", help="model versions: list|show|history|rollback|export|import|flush")
+    sub.add_parser("keys", help="gateway API keys: add|list|revoke (the key file)")
     health = sub.add_parser("health", help="exit 0 if every URL answers HTTP 200")
     health.add_argument("urls", nargs="+")
     health.add_argument("--timeout", type=float, default=2.0)
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         "bench", add_help=False,
         help="benchmarks: `bench predictor` (decisions/s, latency), `bench gateway` (what the "
         "gateway adds), `bench inference` (the predictor's inference paths), "
-        "`bench prediction-bound` (how predictable latency is at all)",
+        "`bench prediction-bound` (how predictable latency is at all), `bench access` (what "
+        "API keys and rate limits cost per request)",
     )  # fmt: skip
     settings = sub.add_parser("settings", help="print every service's settings (Markdown)")
     settings.add_argument("--update-readme", metavar="PATH", nargs="?", const="README.md")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,7 @@ from contextlib import asynccontextmanager
 import orjson
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -36,6 +38,17 @@ def _json(obj: object, status: int = 200) -> Response:
 
 
 log = logging.getLogger(__name__)
+
+# request headers that carry credentials: redacted on spans even when an operator captures
+# request headers (OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST)
+CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "api-key", "cookie")
+
+
+def sanitized_headers() -> list[str]:
+    """The credential headers plus whatever OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS
+    names (an explicit list replaces the variable's in the instrumentation: keep both)."""
+    extra = os.environ.get("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS", "")
+    return [*CREDENTIAL_HEADERS, *(h.strip() for h in extra.split(",") if h.strip())]
 
 
 def _span_details(scope: Scope) -> tuple[str, dict[str, str]]:
@@ -62,6 +75,7 @@ class GatewayApp:
                 tracer_provider=gw.tel.tracer_provider,
                 meter_provider=gw.tel.meter_provider,
                 exclude_spans=["receive", "send"],
+                http_capture_headers_sanitize_fields=sanitized_headers(),
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -114,16 +128,23 @@ def create_app(
             meter_provider=gw.tel.meter_provider,
             excluded_urls="/health,/livez,/readyz,/metrics",
             exclude_spans=["receive", "send"],
+            http_capture_headers_sanitize_fields=sanitized_headers(),
         )
 
     @app.get("/v1/models")
-    async def models() -> Response:
+    async def models(request: Request) -> Response:
+        try:  # with a key file: 401 without a key, and only the key's models
+            served = gw.front.models_for(request.headers, gw.view.ready_models())
+        except GatewayError as e:
+            gw.metrics.requests.labels("/v1/models", str(e.status)).inc()
+            return Response(orjson.dumps(e.body()), status_code=e.status, headers=e.headers,
+                            media_type="application/json")  # fmt: skip
         gw.metrics.requests.labels("/v1/models", "200").inc()
         lengths = gw.view.context_lengths()  # vLLM's max_model_len field, where pods report it
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "headroom"}
             | ({"max_model_len": lengths[m]} if m in lengths else {})
-            for m in gw.view.ready_models()
+            for m in served
         ]
         return _json({"object": "list", "data": data})
 

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from services.gateway import limits, tracing
+from services.gateway.access import FrontDoor
 from services.gateway.errors import GatewayError
 from services.gateway.lifecycle import QUEUED, ROUTING, RequestLife
 from services.gateway.metrics import GatewayMetrics
@@ -101,6 +102,10 @@ class Gateway:
                 f"{self.scheduling.source}: unknown profile '{settings.profile}' "
                 f"(known: {', '.join(self.schedulers)})"
             )
+        # API keys, privileged-header policy, rate limits, pod credentials (access.py)
+        self.front = FrontDoor(
+            settings, self.names, self.metrics.registry, self.schedulers, self.prompt_tokens
+        )
         self.view = PodView.from_settings(settings)
         # flow control per profile that enables it (services/gateway/scheduling/flow.py);
         # the view's change hook releases queued requests as pods make room
@@ -133,6 +138,7 @@ class Gateway:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        await self.front.start()  # key-file watch, rate limiter (the files were read in __init__)
         self.nc = await connect_nats(
             s.nats_url, f"gateway-{s.pool}",
             on_disconnected=self._nats_lost, on_reconnected=self._nats_back,
@@ -165,6 +171,7 @@ class Gateway:
 
     async def stop(self) -> None:
         self._offload.shutdown(wait=False, cancel_futures=True)
+        await self.front.stop()
         if self.samples is not None:
             await self.samples.drain()
         if self.pod_client is not None:
@@ -256,6 +263,16 @@ class Gateway:
         finally:
             gauge.dec()
 
+    async def prompt_tokens(self, req: ParsedRequest) -> tuple[list[int], int]:
+        """The request's prompt tokens and its longest prompt's length, tokenized once (a
+        large body in the offload thread) and kept on the request."""
+        if req.tokens is None:
+            if req.size > self.settings.offload_bytes:
+                req.tokens = await self.offloaded(request_tokens, req.prompts, True)
+            else:
+                req.tokens = request_tokens(req.prompts)
+        return req.tokens
+
     async def read_request(
         self,
         receive: Callable,
@@ -320,13 +337,13 @@ class Gateway:
         cands = self.view.candidates(req.model, now)
         if not cands:
             raise self._no_candidate_error(req.model, now)
-        if req.size > self.settings.offload_bytes:
-            tokens, longest = await self.offloaded(request_tokens, req.prompts, True)
+        if req.tokens is None and req.size > self.settings.offload_bytes:
+            tokens, longest = await self.prompt_tokens(req)
             # the loads changed while the prompt was tokenized (requests of the same burst
             # were dispatched meanwhile): read them again, or the burst lands on one pod
             cands = self.view.candidates(req.model, self.clock()) or cands
         else:
-            tokens, longest = request_tokens(req.prompts)
+            tokens, longest = await self.prompt_tokens(req)
         cands = self._fitting(cands, req, longest)
         profile = obj.profile or self.settings.profile
         flow = self.flows.get(profile)

@@ -6,6 +6,10 @@ import argparse
 import asyncio
 import logging
 
+from pydantic import ValidationError
+
+from services.gateway.api_keys import KeyFileError
+from services.gateway.pod_auth import PodCredentialError
 from services.gateway.scheduling.params import ConfigError
 from services.gateway.server import RunningGateway, start_gateway
 from services.gateway.settings import GatewaySettings
@@ -13,6 +17,15 @@ from shared.runner import run_service
 from shared.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
+
+
+def settings_errors(e: ValidationError) -> str:
+    """The errors without the input values (pydantic's own message repeats every setting it
+    was given, the pod API key included)."""
+    return "; ".join(
+        f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}"
+        for err in e.errors(include_input=False, include_url=False)
+    )
 
 
 class GatewayProcess:
@@ -46,7 +59,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="port (HEADROOM_GATEWAY_PORT)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
-    settings = GatewaySettings(**overrides)
+    try:
+        settings = GatewaySettings(**overrides)
+    except ValidationError as e:
+        raise SystemExit(f"invalid gateway settings: {settings_errors(e)}") from None
     try:
         run_service(
             "gateway",
@@ -59,6 +75,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ConfigError as e:
         log.error("invalid scheduling config: %s", e)
+        raise SystemExit(2) from None
+    except (KeyFileError, PodCredentialError) as e:  # messages name files, never a key
+        log.error("invalid credentials config: %s", e)
         raise SystemExit(2) from None
 
 

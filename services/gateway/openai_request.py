@@ -33,6 +33,9 @@ class ParsedRequest:
     max_tokens: int | None
     n: int = 1  # choices per prompt
     size: int = 0  # bytes of the request body
+    # (token ids of the prompts concatenated, longest prompt's length), once tokenized by
+    # Gateway.prompt_tokens: the rate limiter and routing share one tokenization
+    tokens: tuple[list[int], int] | None = None
 
     @property
     def generates(self) -> bool:

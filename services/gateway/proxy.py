@@ -28,6 +28,7 @@ from opentelemetry.trace import Span
 from starlette.types import Receive, Scope, Send
 
 from services.gateway import explain, tracing
+from services.gateway.access import Caller
 from services.gateway.asgi import (
     ChunkWriter,
     ClientDisconnected,
@@ -45,7 +46,6 @@ from services.gateway.lifecycle import (
     RequestLife,
 )
 from services.gateway.openai_request import Kind, ParsedRequest
-from services.gateway.request_headers import parse_objective_headers
 from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
 from services.gateway.upstream import (
@@ -95,9 +95,7 @@ async def _handle(
 ) -> None:
     headers = request_headers(scope)
     try:
-        objectives = parse_objective_headers(
-            headers, gw.schedulers, gw.settings.allow_profile_header
-        )
+        caller = gw.front.caller(headers)  # 401, and 400/403 for the scheduling headers
 
         def body_read() -> None:  # from now on a disconnect is watched for
             life.stage = ROUTING
@@ -108,7 +106,8 @@ async def _handle(
         except ClientDisconnected:
             life.body_interrupted()
             return
-        decision = await gw.route(parsed, objectives, life)
+        await caller.admit(parsed)  # 404 for a model the key may not use, 429
+        decision = await gw.route(parsed, caller.objectives, life)
     except GatewayError as e:
         life.finish()
         if e.limit is not None:
@@ -116,8 +115,7 @@ async def _handle(
         gw.metrics.requests.labels(life.endpoint, str(e.status)).inc()
         await send_error(send, e, {"x-request-id": life.request_id})
         return
-    debug = explain.wants_debug(headers)
-    await _dispatch(gw, parsed, decision, life, send, debug)
+    await _dispatch(gw, parsed, decision, life, send, caller)
 
 
 def _routing_headers(
@@ -145,7 +143,7 @@ async def _dispatch(
     decision: RoutingDecision,
     life: RequestLife,
     send: Send,
-    debug: bool = False,
+    caller: Caller,
 ) -> None:
     s = gw.settings
     request_id, endpoint = life.request_id, life.endpoint
@@ -156,6 +154,9 @@ async def _dispatch(
         "accept": "text/event-stream",
         "x-request-id": request_id,
     }
+    if caller.pod_authorization is not None:  # services/gateway/pod_auth.py
+        headers["authorization"] = caller.pod_authorization
+    debug = caller.debug
     assert gw.pod_client is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
@@ -205,7 +206,7 @@ async def _dispatch(
             raise
         routing.on_accepted(gw.index, decision.prepared, routed.index)
         life.stage = STREAMING if parsed.stream else GENERATING
-        ex = _Exchange(gw, parsed, decision, routed, life, stream, t0, span)
+        ex = _Exchange(gw, parsed, decision, routed, life, stream, t0, span, caller)
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         try:
             if stream is None:
@@ -249,12 +250,14 @@ class _Exchange:
         stream: UpstreamStream | None,
         t0: float,
         span: Span | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
         self.life, self.stream, self.t0 = life, stream, t0
         self.request_id, self.endpoint = life.request_id, life.endpoint
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
         # stream: the pod's SSE stream (generation); None for a whole reply (embeddings)
+        self.caller = caller  # charged its output tokens on settlement
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
         self.started = False  # a streaming response's head has gone out
@@ -394,6 +397,8 @@ class _Exchange:
             self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
         self.gw.metrics.in_flight.dec()
+        if self.caller is not None:
+            self.caller.settled(self.acc.output_tokens())
         return True
 
     def fail(self, reason: str, err: Exception, status: str = "200") -> None:

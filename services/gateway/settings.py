@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from shared.settings import CommonSettings
@@ -91,8 +93,11 @@ class GatewaySettings(CommonSettings):
         "", description="Scheduling profiles YAML file (empty: the shipped profiles.yaml)"
     )
     profile: str = Field("headroom", description="Active scheduling profile (a name in the file)")
-    allow_profile_header: bool = Field(
-        True, description="Let a request choose its profile with the x-headroom-profile header"
+    privileged_headers: Literal["allow", "ignore", "reject"] = Field(
+        "allow",
+        description="Without a key file: who may use x-headroom-profile, x-headroom-priority "
+        "and x-headroom-debug. allow: anyone; ignore: the headers are dropped; reject: 403 "
+        "(with a key file each key's policy decides)",
     )
     # --- request limits (services/gateway/limits.py) -------------------------------------
     max_body_bytes: int = Field(
@@ -129,3 +134,41 @@ class GatewaySettings(CommonSettings):
     offload_threads: int = Field(
         1, ge=1, le=8, description="Threads that decode and tokenize large request bodies"
     )
+    api_keys_path: str = Field(
+        "",
+        description="Client API key file (YAML/JSON, `headroom keys`); empty: no client keys",
+    )
+    api_keys_reload_s: float = Field(
+        1.0, gt=0, description="How often the key file and the pod key file are checked for changes"
+    )
+    pod_auth: Literal["forward", "inject", "none"] = Field(
+        "forward",
+        description="Authorization sent to the pods: forward (the client's header), inject "
+        "(the pool's pod key) or none; forward is refused together with a key file",
+    )
+    pod_api_key_file: str = Field(
+        "", description="File holding the pool's pod API key (pod_auth=inject; re-read on change)"
+    )
+    pod_api_key: SecretStr = Field(
+        SecretStr(""), description="The pool's pod API key itself (pod_auth=inject; never logged)"
+    )
+    ratelimit_on_redis_error: Literal["allow", "reject"] = Field(
+        "allow",
+        description="Rate-limit check when Redis fails: allow (fail open, counted and logged) "
+        "or reject (503)",
+    )
+    ratelimit_timeout_ms: float = Field(
+        100.0, gt=0, description="Deadline of one Redis rate-limit call (then on_redis_error)"
+    )
+    ratelimit_retry_s: float = Field(
+        1.0, ge=0, description="After a Redis failure, rate limits are not checked for this long"
+    )
+
+    @model_validator(mode="after")
+    def _pod_auth_with_keys(self) -> GatewaySettings:
+        if self.api_keys_path and self.pod_auth == "forward":
+            raise ValueError(
+                "pod_auth=forward would send the clients' Headroom API keys to the pods: with "
+                "a key file set HEADROOM_GATEWAY_POD_AUTH=inject (and a pod key) or none"
+            )
+        return self

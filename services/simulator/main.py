@@ -24,6 +24,8 @@ def _parse_args(argv: list[str] | None) -> dict[str, object]:
     ap.add_argument("--profile", help="engine profile (HEADROOM_SIM_PROFILE)")
     ap.add_argument("--model", help="served model name (HEADROOM_SIM_MODEL)")
     ap.add_argument("--seed", type=int, help="base random seed (HEADROOM_SIM_SEED)")
+    ap.add_argument("--api-key", help="require this bearer key on /v1/* (like vLLM; "
+                    "comma-separated for several; HEADROOM_SIM_API_KEY or VLLM_API_KEY)")  # fmt: skip
     args = ap.parse_args(argv)
     return {k: v for k, v in vars(args).items() if v is not None}
 
@@ -47,6 +49,7 @@ class SimulatorProcess:
                 model=s.model,
                 seed=s.seed + i,
                 telemetry=self.tel,
+                api_keys=s.api_keys(),
             )
             self.pods.append(pod)
             log.info("pod %s serving %s at %s", name, s.model, pod.url)

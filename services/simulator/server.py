@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import itertools
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -43,9 +46,17 @@ class SimPod:
     """One simulated model-server pod. Build with :func:`start_pod`."""
 
     def __init__(
-        self, name: str, profile: str, model: str, seed: int, telemetry: Telemetry | None = None
+        self,
+        name: str,
+        profile: str,
+        model: str,
+        seed: int,
+        telemetry: Telemetry | None = None,
+        api_keys: Sequence[str] = (),
     ) -> None:
         self.name = name
+        # like vLLM --api-key: /v1/* needs "Authorization: Bearer <one of them>"
+        self._key_digests = [hashlib.sha256(k.encode()).digest() for k in api_keys if k]
         self.tel = telemetry or Telemetry.disabled("simulator")
         self.model = model
         self.seed = seed
@@ -63,7 +74,8 @@ class SimPod:
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self, host: str, port: int) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._count])
+        middlewares = [self._count] + ([self._check_api_key] if self._key_digests else [])
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
@@ -96,6 +108,25 @@ class SimPod:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    @web.middleware
+    async def _check_api_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """vLLM's API-key check: every path under /v1 needs a configured key as a bearer
+        token (compared as SHA-256 digests in constant time), else 401
+        ``{"error": "Unauthorized"}``; /health, /metrics and /sim/* stay open."""
+        if request.path.startswith("/v1") and not self._authorized(request):
+            return _json({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    def _authorized(self, request: web.Request) -> bool:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(token.encode()).digest()
+        ok = False
+        for d in self._key_digests:
+            ok |= hmac.compare_digest(digest, d)
+        return ok
 
     # ---- driver -------------------------------------------------------------------------
 
@@ -458,9 +489,11 @@ async def start_pod(
     model: str = DEFAULT_MODEL,
     seed: int = 0,
     telemetry: Telemetry | None = None,
+    api_keys: Sequence[str] = (),
 ) -> SimPod:
     """Start one simulated pod listening on ``host:port`` (0 = a free port); ``pod.url``
-    has the bound port. Call ``await pod.stop()`` to shut it down."""
-    pod = SimPod(name, profile, model, seed, telemetry)
+    has the bound port. With ``api_keys``, /v1/* needs one of them as a bearer token (vLLM
+    ``--api-key``). Call ``await pod.stop()`` to shut it down."""
+    pod = SimPod(name, profile, model, seed, telemetry, api_keys)
     await pod.start(host, port)
     return pod

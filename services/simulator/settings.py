@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.simulator.profiles import PROFILES
@@ -22,6 +22,12 @@ class SimulatorSettings(CommonSettings):
     profile: str = Field("h100-llama3-8b", description="Engine profile (see profiles.py)")
     model: str = Field(DEFAULT_MODEL, description="Model name the pods serve")
     seed: int = Field(0, description="Base random seed; pod i uses seed + i")
+    api_key: SecretStr = Field(
+        SecretStr(""),
+        validation_alias=AliasChoices("api_key", "HEADROOM_SIM_API_KEY", "VLLM_API_KEY"),
+        description="Like vLLM --api-key / VLLM_API_KEY: /v1/* needs one of these "
+        "comma-separated keys as a bearer token (401 otherwise); empty: open",
+    )
 
     @field_validator("profile")
     @classmethod
@@ -45,6 +51,9 @@ class SimulatorSettings(CommonSettings):
     def _names_match_ports(self) -> SimulatorSettings:
         self.name_list()
         return self
+
+    def api_keys(self) -> list[str]:
+        return [k.strip() for k in self.api_key.get_secret_value().split(",") if k.strip()]
 
     def port_list(self) -> list[int]:
         return [int(p) for p in self.ports.split(",")]

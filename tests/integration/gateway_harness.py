@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,10 +95,14 @@ class Stack:
         async with self.http.post(f"{self.pod(pod).url}/sim/fault", json=body) as r:
             assert r.status == 200, await r.text()
 
-    async def post(self, path: str, body: Any) -> tuple[int, dict[str, str], Any]:
+    async def post(
+        self, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], Any]:
         data = body if isinstance(body, bytes) else orjson.dumps(body)
         async with self.http.post(
-            self.url + path, data=data, headers={"content-type": "application/json"}
+            self.url + path,
+            data=data,
+            headers={"content-type": "application/json", **(headers or {})},
         ) as r:
             raw = await r.read()
             return (
@@ -107,10 +111,12 @@ class Stack:
                 orjson.loads(raw) if raw else None,
             )
 
-    async def stream(self, path: str, body: Any) -> tuple[int, dict[str, str], list[Any]]:
+    async def stream(
+        self, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], list[Any]]:
         """POST and read SSE events: decoded JSON objects, "[DONE]" as the string."""
         events: list[Any] = []
-        async with self.http.post(self.url + path, json=body) as r:
+        async with self.http.post(self.url + path, json=body, headers=headers) as r:
             if r.status != 200:
                 return (
                     r.status,
@@ -165,8 +171,9 @@ def metric(m: dict, name: str, **labels: str) -> float:
 
 @asynccontextmanager
 async def gateway_stack(
-    isolated: dict, n_pods: int = 2, seed: int = 0, **overrides: Any
+    isolated: dict, n_pods: int = 2, seed: int = 0, pod_keys: Sequence[str] = (), **overrides: Any
 ) -> AsyncIterator[Stack]:
+    """``pod_keys``: the pods require one of these bearer keys on /v1/* (vLLM --api-key)."""
     names: Names = isolated["names"]
     # snapshots are published by hand: keep them fresh however slow the box is
     overrides.setdefault("stale_after_s", 60.0)
@@ -174,7 +181,7 @@ async def gateway_stack(
     nc = gw = http = None
     try:
         for i in range(n_pods):
-            pods.append(await start_pod(f"pod-{i}", seed=i, model=MODEL))
+            pods.append(await start_pod(f"pod-{i}", seed=i, model=MODEL, api_keys=pod_keys))
         settings = GatewaySettings(
             nats_url=isolated["nats_url"], namespace=names.namespace, pool=POOL,
             host="127.0.0.1", port=0, **overrides,

@@ -207,7 +207,7 @@ async def test_profile_header_and_profile_setting(isolated):
             assert seen == []  # heuristic profiles never ask the predictors
         m = await st.metrics()
         assert metric(m, "headroom_gateway_routing_total", path="heuristic", reason="ok") == 4
-    async with gateway_stack(isolated, profile="gie-default", allow_profile_header=False) as st:
+    async with gateway_stack(isolated, profile="gie-default", privileged_headers="ignore") as st:
         await st.snapshot(loads=LOADS)
         status, h, _ = await _post(st, CMPL, _body("completions"),
                                    {"x-headroom-profile": "nonexistent"})  # fmt: skip

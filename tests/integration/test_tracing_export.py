@@ -12,44 +12,15 @@ import uuid
 import aiohttp
 import pytest
 from aiohttp import web
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 
 from services.launcher import Stack, StackConfig
 from shared import embedded
 from shared.subjects import Names
 from tests.conftest import _cleanup
+from tests.integration.otlp_sink import Sink
 
 pytestmark = pytest.mark.e2e
 KIND_SERVER, KIND_CLIENT = 2, 3  # OTLP protobuf SpanKind values
-
-
-class Sink:
-    """A minimal OTLP/HTTP trace receiver: (service.name, span) pairs in arrival order."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[str, object]] = []
-
-    async def receive(self, request: web.Request) -> web.Response:
-        msg = ExportTraceServiceRequest()
-        msg.ParseFromString(await request.read())
-        for rs in msg.resource_spans:
-            attrs = {a.key: a.value.string_value for a in rs.resource.attributes}
-            for ss in rs.scope_spans:
-                self.spans.extend((attrs.get("service.name", "?"), s) for s in ss.spans)
-        return web.Response(
-            body=ExportTraceServiceResponse().SerializeToString(),
-            content_type="application/x-protobuf",
-        )
-
-    def services(self) -> set[str]:
-        return {svc for svc, _ in self.spans}
-
-    def trace(self, trace_id: str) -> list[tuple[str, object]]:
-        tid = bytes.fromhex(trace_id)
-        return [(svc, s) for svc, s in self.spans if s.trace_id == tid]
 
 
 async def _until(cond, within: float = 15.0) -> None:

@@ -5,6 +5,7 @@ shipped scheduling profile, least-privilege RBAC)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -269,13 +270,56 @@ def test_scheduling_profile_is_the_shipped_one():
     assert path == f"{mount}/profiles.yaml"
 
 
-def _gateway_settings(objs):
-    """The gateway's settings as its ConfigMaps set them (defaults for the rest)."""
+def _gateway_settings(objs) -> dict[str, str]:
+    cms = by_kind(objs, "ConfigMap")
+    return {**cms["headroom-common"]["data"], **cms["headroom-gateway"]["data"]}
+
+
+def _secret_mounts(objs) -> dict[str, dict]:
+    """Secret name -> (mount path, volume) of the gateway's Secret volumes."""
+    pod = by_kind(objs, "Deployment")["gateway"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    out = {}
+    for m in pod["containers"][0]["volumeMounts"]:
+        v = volumes[m["name"]]
+        if "secret" in v:
+            out[v["secret"]["secretName"]] = {"path": m["mountPath"], "volume": v, "mount": m}
+    return out
+
+
+def _parse_gateway_settings(data: dict[str, str]):
     cls = settings_class("gateway")
     prefix = cls.model_config["env_prefix"].upper()
-    env = _env_keys(objs)
-    kwargs = {k.removeprefix(prefix).lower(): v for k, v in env.items() if k.startswith(prefix)}
-    return cls(**kwargs)
+    kwargs = {k.removeprefix(prefix).lower(): v for k, v in data.items() if k.startswith(prefix)}
+    return cls(**kwargs)  # the settings' own checks (e.g. forward + a key file is refused)
+
+
+def test_gateway_mounts_the_key_secrets_and_the_components_point_at_them(tmp_path):
+    base = render(BASE)
+    mounts = _secret_mounts(base)
+    assert set(mounts) == {"headroom-api-keys", "headroom-pod-credentials"}
+    for m in mounts.values():  # optional: the base runs without keys until they exist
+        assert m["volume"]["secret"]["optional"] is True and m["mount"]["readOnly"] is True
+        assert m["volume"]["secret"]["defaultMode"] == 0o400
+    assert "HEADROOM_GATEWAY_API_KEYS_PATH" not in _gateway_settings(base)
+    if KUBECTL is None:
+        pytest.skip("kubectl not found on PATH; the components need `kubectl kustomize`")
+    # the GKE overlay requires keys (components/api-keys)
+    gke = _gateway_settings(render(GKE))
+    path = gke["HEADROOM_GATEWAY_API_KEYS_PATH"]
+    assert path == f"{mounts['headroom-api-keys']['path']}/keys.yaml"
+    assert _parse_gateway_settings(gke).pod_auth == "none"
+    # both components over the base: the pod key file is in the pod-credentials Secret
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(BASE, tmp_path)],
+        "components": [os.path.relpath(K8S / "components" / c, tmp_path)
+                       for c in ("api-keys", "pod-api-key")],
+    }))  # fmt: skip
+    data = _gateway_settings(render(tmp_path))
+    s = _parse_gateway_settings(data)
+    assert s.pod_auth == "inject" and s.api_keys_path == path
+    assert s.pod_api_key_file == f"{mounts['headroom-pod-credentials']['path']}/api-key"
 
 
 def _sleep_s(hook: dict) -> float:
@@ -299,7 +343,7 @@ def test_gateway_probes_and_drain_match_the_code():
         assert c["startupProbe"]["httpGet"]["path"] == "/livez"
         # the grace period covers the preStop sleep, the unready window, the drain deadline
         # and a margin for the final hand-over (samples, NATS)
-        s = _gateway_settings(objs)
+        s = _parse_gateway_settings(_gateway_settings(objs))
         pre_stop = _sleep_s(c["lifecycle"]["preStop"])
         needed = pre_stop + s.drain_unready_s + s.drain_timeout_s + 5
         assert pre_stop >= 3  # time for the endpoints to drop the pod while it still serves
