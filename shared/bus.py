@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -101,12 +102,18 @@ def _nats_refusal(e: BaseException) -> str | None:
 
 
 async def connect_nats(
-    target: str | CommonSettings, name: str, *, connect_timeout: float = 2.0
+    target: str | CommonSettings,
+    name: str,
+    *,
+    connect_timeout: float = 2.0,
+    on_disconnected: Callable[[], None] | None = None,
+    on_reconnected: Callable[[], None] | None = None,
 ) -> NATS:
     """Connect to ``target`` (a URL, or a service's settings: URL, credentials and TLS) with
     unlimited reconnects; errors and reconnects are logged, not raised. A refusal of the
     credentials or of TLS raises :class:`BusAuthError` (it would never succeed); an
-    unreachable server is waited for."""
+    unreachable server is waited for. ``on_disconnected``/``on_reconnected`` are called
+    (synchronously) as the connection is lost and back."""
     if isinstance(target, CommonSettings):
         url, options = target.nats_url, nats_options(target)
     else:
@@ -124,9 +131,13 @@ async def connect_nats(
     async def _disconnected() -> None:
         closing = nc.is_closed or nc.is_draining
         log.log(logging.INFO if closing else logging.WARNING, "nats disconnected (%s)", name)
+        if on_disconnected is not None:
+            on_disconnected()
 
     async def _reconnected() -> None:
         log.info("nats reconnected (%s)", name)
+        if on_reconnected is not None:
+            on_reconnected()
 
     nc = NATS()
     connecting = asyncio.ensure_future(

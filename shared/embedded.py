@@ -82,6 +82,12 @@ class EmbeddedServer:
         _wait_port(self.proc, self.url, self.kind, timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.stop_process(timeout)
+        self.workdir.cleanup()
+
+    def stop_process(self, timeout: float = 5.0) -> None:
+        """Stop the server process cleanly (:meth:`crash` kills it): its port and data stay for
+        :meth:`restart` (an outage in a test)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -89,7 +95,6 @@ class EmbeddedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.workdir.cleanup()
 
 
 def _wait_port(proc: subprocess.Popen, url: str, kind: str, timeout: float = 10.0) -> None:

@@ -142,6 +142,9 @@ class PodRecord(Message):
     slots_used: float | None = None  # batch-slot fullness 0..1 where the engine reports it
     kv_capacity_tokens: float | None = None  # KV-cache capacity in tokens, where reported
     max_model_len: int | None = None  # context length (prompt + output), where reported
+    # why the record is not ready, machine-readable: the collector's scrape failure reason
+    # (services/collector/scraper.py: timeout, connect, http_error, ...) or "pending"
+    error_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -121,7 +121,7 @@ class LabSimulation:
         self.scheduling = scheduling
         self.policy = policy
         self.schedulers = {policy: scheduling.scheduler(policy)}
-        self.view = PodView(stale_after_s=gateway.stale_after_s)
+        self.view = PodView.from_settings(gateway)
         self.index = PrefixIndex(
             gateway.prefix_block_tokens,
             gateway.prefix_index_blocks,

@@ -2,7 +2,8 @@
 
 No NATS here; the scraper needs only an aiohttp session, so tests drive it against plain HTTP
 servers. Every failure becomes a record with ``ready=False``, an ``error`` message and a short
-machine-readable ``reason`` (used as a metric label):
+machine-readable reason (``error_reason``, also the metric label; the gateway's pod view
+treats ``connect`` as the pod being down and every other one as a missed scrape):
 
     timeout      the whole fetch did not finish within the scrape timeout
     connect      the TCP connection failed (refused, unreachable, DNS)
@@ -100,8 +101,10 @@ def record_from_result(
     )
 
 
-def error_record(target: PodTarget, engine: str, error: str, scraped_at: float) -> PodRecord:
-    """A not-ready record carrying the failure (pure)."""
+def error_record(
+    target: PodTarget, engine: str, error: str, scraped_at: float, reason: str | None = None
+) -> PodRecord:
+    """A not-ready record carrying the failure and its ``reason`` (pure)."""
     return PodRecord(
         name=target.name,
         url=target.url,
@@ -109,6 +112,7 @@ def error_record(target: PodTarget, engine: str, error: str, scraped_at: float) 
         scraped_at=scraped_at,
         engine=engine,
         error=error[:_MAX_ERROR_CHARS],
+        error_reason=reason,
     )
 
 
@@ -227,7 +231,9 @@ class Scraper:
                 raise ScrapeFailed("no_metrics", f"no {self.engine} metrics in the response")
         except ScrapeFailed as f:
             return ScrapeOutcome(
-                record=error_record(target, self.engine, f"{f.reason}: {f}", self._clock()),
+                record=error_record(
+                    target, self.engine, f"{f.reason}: {f}", self._clock(), f.reason
+                ),
                 duration_s=self._timer() - start,
                 reason=f.reason,
             )

@@ -51,6 +51,7 @@ def pending_record(target: PodTarget, engine: str, now: float) -> PodRecord:
         scraped_at=now,
         engine=engine,
         error="pending: first scrape not finished",
+        error_reason="pending",
     )
 
 
@@ -145,7 +146,9 @@ class Collector:
             outcome = await self._scraper.scrape(target)
         except Exception as e:  # a bug in the scraper must not kill the loop
             log.exception("scrape of %s failed unexpectedly", target.name)
-            record = error_record(target, self._scraper.engine, f"internal: {e!r}", self._clock())
+            record = error_record(
+                target, self._scraper.engine, f"internal: {e!r}", self._clock(), "internal"
+            )
             outcome = ScrapeOutcome(record=record, duration_s=0.0, reason="internal")
         if target.name in self._current:  # drop results of pods that left meanwhile
             self._record_outcome(target.name, outcome, started_ns)

@@ -1,6 +1,11 @@
 """The gateway's ASGI application: the proxy routes (``POST /v1/completions``,
 ``/v1/chat/completions``, ``/v1/embeddings``) served directly by services/gateway/proxy.py,
-everything else (/v1/models, /health, /metrics, 404/405s) by a FastAPI app."""
+everything else (/v1/models, /livez, /readyz, /health, /metrics, 404/405s) by a FastAPI app.
+
+Probes (services/gateway/readiness.py): ``/livez`` is 200 while the process serves HTTP;
+``/readyz`` is 200 while the replica should get traffic (started, not draining, NATS
+connected or briefly down with pods to route on); ``/health`` keeps its meaning for existing
+users: 200 while NATS is connected, else 503 (a dependency check, not a probe)."""
 
 from __future__ import annotations
 
@@ -121,7 +126,7 @@ def create_app(
             app,
             tracer_provider=gw.tel.tracer_provider,
             meter_provider=gw.tel.meter_provider,
-            excluded_urls="/health,/metrics",
+            excluded_urls="/health,/livez,/readyz,/metrics",
             exclude_spans=["receive", "send"],
             http_capture_headers_sanitize_fields=sanitized_headers(),
         )
@@ -143,8 +148,24 @@ def create_app(
         ]
         return _json({"object": "list", "data": data})
 
+    @app.get("/livez")
+    async def livez() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        r = gw.readiness()
+        counts = gw.view.counts(gw.clock())
+        body = {
+            "status": r.status,
+            "ready": r.ready,
+            "nats_connected": gw.nats_connected,
+            "pods": {"ready": counts.ready, "stale": counts.stale, "missed": counts.missed},
+        }
+        return _json(body, 200 if r.ready else 503)
+
     @app.get("/health")
-    async def health() -> Response:
+    async def health() -> Response:  # as before the probes: 200 iff NATS is connected
         counts = gw.view.counts(gw.clock())
         ok = gw.nats_connected
         body = {

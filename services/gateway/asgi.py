@@ -3,7 +3,8 @@ routing table, middleware stack or response classes on the hot path)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 
 from starlette.types import Receive, Scope, Send
 
@@ -21,9 +22,15 @@ def request_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+class ClientDisconnected(Exception):
+    """The client went away before the request body was complete."""
+
+
 async def read_body(receive: Receive) -> bytes:
-    """The whole request body."""
+    """The whole request body. Raises :class:`ClientDisconnected`."""
     msg = await receive()
+    if msg["type"] == "http.disconnect":
+        raise ClientDisconnected
     body = msg.get("body", b"")
     if not msg.get("more_body", False):
         return body
@@ -31,9 +38,76 @@ async def read_body(receive: Receive) -> bytes:
     while msg.get("more_body", False):
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            break
+            raise ClientDisconnected
         parts.append(msg.get("body", b""))
     return b"".join(parts)
+
+
+def on_disconnect(send: Send, receive: Receive, callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback()`` once if the client disconnects before the response is complete
+    (from now on: call it after the request body has been read). Returns the function that
+    stops watching.
+
+    Served by uvicorn (``send`` and ``receive`` are its request cycle's methods), no task
+    waits for it: uvicorn's ``connection_lost`` marks the cycle ``disconnected`` and then
+    sets the cycle's ``message_event`` (to wake a pending ``receive()``); that event is
+    swapped for a :class:`_DisconnectHook`, which calls ``callback`` right there, in the
+    protocol callback. Any other server: a task waits for ``receive()``'s
+    ``http.disconnect`` (which it also returns once the response is complete; ``callback``
+    is then not called, as the watch is stopped first)."""
+    cycle = _uvicorn_cycle(send)
+    if (
+        cycle is not None
+        and getattr(receive, "__self__", None) is cycle
+        and isinstance(getattr(cycle, "message_event", None), asyncio.Event)
+    ):
+        if cycle.disconnected:
+            callback()
+            return _nothing
+        hook = _DisconnectHook(cycle, callback)
+        cycle.message_event = hook
+        return hook.stop
+    watch = asyncio.ensure_future(_disconnect_message(receive))
+
+    def done(_: asyncio.Future) -> None:
+        if not watch.cancelled() and watch.exception() is None:
+            callback()
+
+    watch.add_done_callback(done)
+    return watch.cancel
+
+
+def _nothing() -> None:
+    pass
+
+
+async def _disconnect_message(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class _DisconnectHook(asyncio.Event):
+    """uvicorn's cycle's ``message_event`` that also calls a callback when it is set for a
+    disconnect (the cycle is ``disconnected`` by then). It starts set if the event it
+    replaces was: uvicorn sets the event only to wake ``receive()``, which then reads the
+    cycle's state itself."""
+
+    def __init__(self, cycle, callback: Callable[[], None]) -> None:
+        super().__init__()
+        self._cycle = cycle
+        self._callback: Callable[[], None] | None = callback
+        if cycle.message_event.is_set():
+            super().set()
+
+    def set(self) -> None:
+        super().set()
+        cb = self._callback
+        if cb is not None and self._cycle.disconnected:
+            self._callback = None
+            cb()
+
+    def stop(self) -> None:
+        self._callback = None
 
 
 def _encode(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
@@ -92,8 +166,9 @@ async def start_event_stream(
 
 
 def _uvicorn_cycle(send: Send):
-    """uvicorn's request cycle when ``send`` is its method (with the attributes used here),
-    else None."""
+    """uvicorn's request cycle when ``send`` is its method (with the attributes used here:
+    ``transport``, ``flow.write_paused``, ``disconnected``, ``response_complete``), else
+    None."""
     cycle = getattr(send, "__self__", None)
     if (
         hasattr(getattr(cycle, "transport", None), "write")

@@ -23,6 +23,7 @@ from services.gateway import limits, tracing
 from services.gateway.access import FrontDoor
 from services.gateway.breaker import BreakerConfig
 from services.gateway.errors import GatewayError
+from services.gateway.lifecycle import QUEUED, ROUTING, RequestLife
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.openai_request import Kind, ParsedRequest
 from services.gateway.outliers import OutlierEjector
@@ -30,6 +31,7 @@ from services.gateway.pod_allowlist import PodAllowlist, parse_list
 from services.gateway.pod_client import PodClient
 from services.gateway.predictor_client import PredictorClient
 from services.gateway.prompt import request_tokens
+from services.gateway.readiness import Readiness, readiness
 from services.gateway.request_headers import RequestObjectives
 from services.gateway.samples import SamplePublisher
 from services.gateway.scheduling import routing
@@ -107,7 +109,7 @@ class Gateway:
         self.front = FrontDoor(
             settings, self.names, self.metrics.registry, self.schedulers, self.prompt_tokens
         )
-        self.view = PodView(stale_after_s=settings.stale_after_s)
+        self.view = PodView.from_settings(settings)
         # flow control per profile that enables it (services/gateway/scheduling/flow.py);
         # the view's change hook releases queued requests as pods make room
         self.flows: dict[str, FlowQueue] = {
@@ -136,6 +138,9 @@ class Gateway:
         self.samples: SamplePublisher | None = None
         self._model_version: str | None = None  # last version the predictors answered with
         self.start_error: BaseException | None = None  # why start() failed (server.py says it)
+        self.started = False  # the lifespan has started (NATS connected, stream ensured)
+        self.draining = False  # SIGTERM: refuse new requests, let running ones finish
+        self._nats_down_since: float | None = None  # monotonic seconds
         # decoding and tokenizing large bodies (services/gateway/limits.py): few threads, so
         # the event loop's thread still gets the GIL most of the time
         self._offload = ThreadPoolExecutor(
@@ -161,7 +166,10 @@ class Gateway:
                         "on NATS names may be routed to")  # fmt: skip
         await self.front.start()  # key-file watch, rate limiter (the files were read in __init__)
         try:
-            self.nc = await connect_nats(s, f"gateway-{s.pool}")
+            self.nc = await connect_nats(
+                s, f"gateway-{s.pool}",
+                on_disconnected=self._nats_lost, on_reconnected=self._nats_back,
+            )  # fmt: skip
         except BusAuthError as e:
             self.start_error = e
             raise
@@ -195,6 +203,7 @@ class Gateway:
             connect_timeout_s=s.pod_connect_timeout_s, read_timeout_s=s.pod_read_timeout_s,
             first_byte_timeout_s=s.pod_first_byte_timeout_s or None,
         )  # fmt: skip
+        self.started = True
         log.info("gateway started (namespace=%s pool=%s)", s.namespace, s.pool)
 
     async def stop(self) -> None:
@@ -216,6 +225,46 @@ class Gateway:
     @property
     def nats_connected(self) -> bool:
         return self.nc is not None and self.nc.is_connected
+
+    def _nats_lost(self) -> None:
+        if self._nats_down_since is None:
+            self._nats_down_since = time.monotonic()
+
+    def _nats_back(self) -> None:
+        self._nats_down_since = None
+
+    def nats_down_s(self) -> float:
+        """How long NATS has been disconnected (0 while connected)."""
+        if self.nats_connected:
+            self._nats_down_since = None
+            return 0.0
+        if self._nats_down_since is None:
+            self._nats_down_since = time.monotonic()
+        return time.monotonic() - self._nats_down_since
+
+    def readiness(self) -> Readiness:
+        """GET /readyz (services/gateway/readiness.py)."""
+        return readiness(
+            started=self.started,
+            draining=self.draining,
+            nats_connected=self.nats_connected,
+            nats_down_s=self.nats_down_s(),
+            ready_pods=self.view.counts(self.clock()).ready,
+            grace_s=self.settings.nats_outage_grace_s,
+        )
+
+    def begin_drain(self) -> None:
+        """SIGTERM: readiness turns false and new requests are refused from now on."""
+        if not self.draining:
+            self.draining = True
+            log.info("gateway draining: new requests are refused, running ones may finish")
+
+    def draining_error(self) -> GatewayError:
+        return GatewayError(
+            503, "This gateway replica is shutting down; retry the request",
+            type="service_unavailable", code="draining",
+            headers={"Retry-After": str(self.settings.retry_after_s), "connection": "close"},
+        )  # fmt: skip
 
     # --- pod snapshots ------------------------------------------------------------------
     async def _on_snapshot_msg(self, msg: Msg) -> None:
@@ -268,6 +317,7 @@ class Gateway:
         self.metrics.pods.labels("ready").set(counts.ready)
         self.metrics.pods.labels("not_ready").set(counts.not_ready)
         self.metrics.pods.labels("stale").set(counts.stale)
+        self.metrics.pods.labels("missed").set(counts.missed)
 
     # --- request intake -----------------------------------------------------------------
     async def offloaded(self, fn: Callable[..., T], *args: Any) -> T:
@@ -290,12 +340,20 @@ class Gateway:
         return req.tokens
 
     async def read_request(
-        self, receive: Callable, headers: Mapping[str, str], kind: Kind
+        self,
+        receive: Callable,
+        headers: Mapping[str, str],
+        kind: Kind,
+        on_body: Callable[[], None] | None = None,
     ) -> ParsedRequest:
         """Read, decode and check the request body against the limits (a large one in the
-        offload thread). Raises GatewayError (400/413) before anything reaches a pod."""
+        offload thread); ``on_body()`` once the body is in. Raises GatewayError (400/413)
+        before anything reaches a pod, asgi.ClientDisconnected if the client leaves while
+        the body is read."""
         s = self.settings
         raw = await limits.read_body(receive, headers, s.max_body_bytes)
+        if on_body is not None:
+            on_body()
         if len(raw) > s.offload_bytes:
             return await self.offloaded(limits.parse_limited, raw, kind, s)
         return limits.parse_limited(raw, kind, s)
@@ -314,12 +372,16 @@ class Gateway:
 
     # --- routing ------------------------------------------------------------------------
     async def route(
-        self, req: ParsedRequest, objectives: RequestObjectives | None = None
+        self,
+        req: ParsedRequest,
+        objectives: RequestObjectives | None = None,
+        life: RequestLife | None = None,
     ) -> RoutingDecision:
-        """Rank the candidate pods for ``req`` with the active (or requested) profile.
-        Raises GatewayError 404/503 (no pod, or shed by an admitter)."""
+        """Rank the candidate pods for ``req`` with the active (or requested) profile
+        (``life``: the request's stage is ``queued`` while it waits in the flow-control
+        queue). Raises GatewayError 404/503 (no pod, or shed by an admitter)."""
         if not self.tel.enabled:
-            return await self._route(req, objectives)
+            return await self._route(req, objectives, life)
         with self.tel.span(
             "gateway.route",
             attributes={
@@ -329,12 +391,12 @@ class Gateway:
                 "headroom.streaming": req.stream,
             },
         ) as span:
-            decision = await self._route(req, objectives)
+            decision = await self._route(req, objectives, life)
             span.set_attributes(tracing.decision_attributes(decision))
             return decision
 
     async def _route(
-        self, req: ParsedRequest, objectives: RequestObjectives | None
+        self, req: ParsedRequest, objectives: RequestObjectives | None, life: RequestLife | None
     ) -> RoutingDecision:
         obj = objectives or RequestObjectives()
         now = self.clock()
@@ -355,7 +417,7 @@ class Gateway:
         if flow is None:
             return await self._decide(req, obj, profile, cands, tokens)
         hashes = self.index.hashes(tokens)
-        waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes)
+        waiter = await self._queue(flow, profile, req, obj, cands, tokens, hashes, life)
         try:
             now = self.clock()
             cands = flow.route_among(
@@ -377,9 +439,11 @@ class Gateway:
         cands: list[Candidate],
         tokens: list[int],
         hashes: list[int],
+        life: RequestLife | None = None,
     ) -> Waiter:
         """Wait in the profile's flow-control queue until released (at once when a pod has
-        room); 503 when the queue is full."""
+        room); 503 when the queue is full. A cancellation (the client left) takes it out of
+        the queue at once."""
         now = self.clock()
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         w = routing.waiter(
@@ -398,12 +462,16 @@ class Gateway:
             ) from None  # fmt: skip
         if not released:
             self.metrics.queued.labels(profile).set(flow.queued)
+            if life is not None:
+                life.stage = QUEUED
             try:
                 await future
             except BaseException:  # the client went away (cancelled) while queued
                 flow.cancel(w)
                 self.metrics.queued.labels(profile).set(flow.queued)
                 raise
+            if life is not None:
+                life.stage = ROUTING
         self.metrics.queue_wait.labels(w.reason or "room").observe(w.queued_s())
         return w
 

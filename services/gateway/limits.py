@@ -34,6 +34,7 @@ from typing import Any
 
 from starlette.types import Receive
 
+from services.gateway.asgi import ClientDisconnected
 from services.gateway.errors import GatewayError, bad_request
 from services.gateway.openai_request import (
     PROMPT_PARAM,
@@ -59,11 +60,13 @@ def body_too_large(max_bytes: int) -> GatewayError:
 async def read_body(receive: Receive, headers: Mapping[str, str], max_bytes: int) -> bytes:
     """The whole request body, refused (413) as soon as it is known to exceed ``max_bytes``:
     at once from content-length, else when the bytes received pass it (the rest is never
-    held in memory)."""
+    held in memory). Raises asgi.ClientDisconnected if the client leaves first."""
     declared = headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > max_bytes:
         raise body_too_large(max_bytes)
     msg = await receive()
+    if msg["type"] == "http.disconnect":
+        raise ClientDisconnected
     body = msg.get("body", b"")
     if len(body) > max_bytes:
         raise body_too_large(max_bytes)
@@ -74,7 +77,7 @@ async def read_body(receive: Receive, headers: Mapping[str, str], max_bytes: int
     while msg.get("more_body", False):
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            break
+            raise ClientDisconnected
         chunk = msg.get("body", b"")
         size += len(chunk)
         if size > max_bytes:

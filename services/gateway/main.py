@@ -53,7 +53,7 @@ class GatewayProcess:
 
     async def stop(self) -> None:
         if self.running is not None:
-            await self.running.stop()
+            await self.running.drain()  # SIGTERM/SIGINT: services/gateway/server.py
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,7 +57,9 @@ class GatewayMetrics:
             registry=r,
         )  # fmt: skip
         self.pods = Gauge(
-            "headroom_gateway_pods", "Pods in the latest snapshot by state (ready|not_ready|stale)",
+            "headroom_gateway_pods",
+            "Pods in the latest snapshot by state (ready|not_ready|stale|missed: ready ones "
+            "kept routable through missed scrapes)",
             ["state"], registry=r,
         )  # fmt: skip
         self.snapshots = Counter("headroom_gateway_snapshots", "Pod snapshots applied", registry=r)
@@ -95,8 +97,24 @@ class GatewayMetrics:
             ["profile"], registry=r,
         )  # fmt: skip
         self.ttft = Histogram(
-            "inference_objective_request_ttft_seconds", "Observed time to first token",
+            "inference_objective_request_ttft_seconds",
+            "Observed time to first token at the pod: from the successful attempt's dispatch "
+            "to its first token (what the models learn)",
             ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.client_ttft = Histogram(
+            "headroom_gateway_client_ttft_seconds",
+            "Time to first token as the client sees it: from the request's arrival at the "
+            "gateway to its first token being sent (streaming) or reaching the gateway "
+            "(non-streaming); SLO violations are judged on it",
+            ["model_name"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._client_ttft: dict[str, object] = {}
+        self.client_disconnects = Counter(
+            "headroom_gateway_client_disconnects",
+            "Clients that went away before their response was complete, by stage "
+            "(body|routing|queued|first_token|streaming|generating)",
+            ["stage"], registry=r,
         )  # fmt: skip
         self.predicted_ttft = Histogram(
             "inference_objective_request_predicted_ttft_seconds",
@@ -114,12 +132,13 @@ class GatewayMetrics:
         )  # fmt: skip
         self.ttft_slo_violations = Counter(
             "inference_objective_request_ttft_slo_violation",
-            "Requests whose observed TTFT exceeded their TTFT SLO header",
+            "Requests whose client-side TTFT (headroom_gateway_client_ttft_seconds) exceeded "
+            "their TTFT SLO header",
             ["model_name"], registry=r,
         )  # fmt: skip
         self.slo_violations = Counter(
             "inference_objective_request_slo_violation",
-            "Requests that missed an SLO header, by type (ttft|tpot)",
+            "Requests that missed an SLO header, by type (ttft: the client-side TTFT; tpot)",
             ["model_name", "type"], registry=r,
         )  # fmt: skip
         self.limit_rejections = Counter(
@@ -155,6 +174,13 @@ class GatewayMetrics:
             "1 for the model version the predictors last answered with",
             ["version"], registry=r,
         )  # fmt: skip
+
+    def observe_client_ttft(self, model: str, seconds: float) -> None:
+        """``client_ttft`` with its child per model kept (on the streaming hot path)."""
+        child = self._client_ttft.get(model)
+        if child is None:
+            child = self._client_ttft[model] = self.client_ttft.labels(model)
+        child.observe(seconds)  # type: ignore[attr-defined]
 
     def set_model_version(self, version: str) -> None:
         self.model_version_info.clear()

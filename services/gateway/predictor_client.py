@@ -13,15 +13,17 @@ back; measured ~50 us less round trip and CPU per call, docs/benchmarks.md "Hot 
 Never raises: a failed call comes back as a fallback reason, and the request is routed by
 the composite score instead. Reasons: ``no_model`` (predictor answered not_ready),
 ``timeout`` (the call's deadline passed), ``no_responders`` (no predictor subscribed),
+``nats_disconnected`` (NATS is down: answered at once rather than after the deadline),
 ``error`` (anything else, including an invalid reply), ``circuit_open`` (not sent: the
 predictors are known to be down).
 
 A circuit breaker (services/gateway/breaker.py) watches the outcomes: after a few
 consecutive timeouts or errors (frozen predictors, an unreachable bus) calls are skipped at
 once instead of each waiting out its deadline (absent predictors cost no wait: NATS answers
-"no responders" within a round trip, so that outcome does not open it),
-and a probe (one real call, sent in the background so no request waits for it) finds out
-when the predictors answer again. ``headroom_gateway_predictor_circuit`` holds the state.
+"no responders" within a round trip, so that outcome does not open it; neither does a NATS
+disconnect, which is answered at once), and a probe (one real call, sent in the background
+so no request waits for it) finds out when the predictors answer again.
+``headroom_gateway_predictor_circuit`` holds the state.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ REASON_CIRCUIT_OPEN = "circuit_open"
 # is not one: NATS says so within a round trip, and a predictor that subscribes again is
 # used by the very next call.
 _FAILURES = frozenset({REASON_TIMEOUT, REASON_ERROR})
+REASON_DISCONNECTED = "nats_disconnected"  # NATS is down: fall back at once, no deadline waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +292,8 @@ class PredictorClient:
             payload = wire.encode_request(rows, segments if len(segments) > 1 else None)
         if self._metrics is not None:
             self._metrics.batch_calls.observe(len(segments))
+        if not self.nc.is_connected:
+            return self._count(BatchResult(reason=REASON_DISCONNECTED))
         try:
             msg = await self._request(payload, timeout_s, headers)
         except nats.errors.NoRespondersError:

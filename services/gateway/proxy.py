@@ -5,6 +5,9 @@ The pod is always asked for a stream with the usage chunk, so TTFT and TPOT are 
 every request: TTFT = first chunk carrying a token; TPOT = (e2e - ttft) / (token chunks - 1),
 both from the moment the successful attempt was sent.
 
+A client disconnect, from the request's arrival on, ends the request wherever it is and is
+counted by stage (services/gateway/lifecycle.py).
+
 Served as a plain ASGI handler (services/gateway/asgi.py): events that arrive from the pod
 together are accounted one by one and forwarded to the client in one write. On uvicorn that
 happens in the pod connection's own callback (UpstreamStream.pump + asgi.ChunkWriter: no
@@ -28,12 +31,20 @@ from services.gateway import explain, tracing
 from services.gateway.access import Caller
 from services.gateway.asgi import (
     ChunkWriter,
+    ClientDisconnected,
     request_headers,
     send_bytes,
     start_event_stream,
 )
 from services.gateway.errors import GatewayError, send_error, sse_error_event
 from services.gateway.gateway import Gateway, RoutedPod, RoutingDecision
+from services.gateway.lifecycle import (
+    FIRST_TOKEN,
+    GENERATING,
+    ROUTING,
+    STREAMING,
+    RequestLife,
+)
 from services.gateway.openai_request import Kind, ParsedRequest
 from services.gateway.scheduling import routing
 from services.gateway.stream_accumulator import StreamAccumulator
@@ -62,22 +73,49 @@ _DONE = b"data: [DONE]\n\n"
 async def handle(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
     """ASGI handler of ``POST /v1/completions``, ``/v1/chat/completions`` and
     ``/v1/embeddings``."""
-    endpoint = scope["path"]
-    kind = ENDPOINTS[endpoint]
-    request_id = uuid.uuid4().hex
+    life = RequestLife(gw.metrics.client_disconnects, uuid.uuid4().hex, scope["path"])
+    if gw.draining:  # SIGTERM: refused until the listener closes (services/gateway/server.py)
+        gw.metrics.requests.labels(life.endpoint, "503").inc()
+        await send_error(send, gw.draining_error(), {"x-request-id": life.request_id})
+        return
+    try:
+        await _handle(gw, life, scope, receive, send)
+    except asyncio.CancelledError:
+        if not life.cancelled_by_client():
+            raise
+    finally:
+        life.finish()
+    if life.gone:
+        gw.metrics.failed.labels("client_disconnect").inc()
+        gw.metrics.requests.labels(life.endpoint, "499").inc()
+
+
+async def _handle(
+    gw: Gateway, life: RequestLife, scope: Scope, receive: Receive, send: Send
+) -> None:
     headers = request_headers(scope)
     try:
         caller = gw.front.caller(headers)  # 401, and 400/403 for the scheduling headers
-        parsed = await gw.read_request(receive, headers, kind)
+
+        def body_read() -> None:  # from now on a disconnect is watched for
+            life.stage = ROUTING
+            life.watch(send, receive)
+
+        try:
+            parsed = await gw.read_request(receive, headers, ENDPOINTS[life.endpoint], body_read)
+        except ClientDisconnected:
+            life.body_interrupted()
+            return
         await caller.admit(parsed)  # 404 for a model the key may not use, 429
-        decision = await gw.route(parsed, caller.objectives)
+        decision = await gw.route(parsed, caller.objectives, life)
     except GatewayError as e:
+        life.finish()
         if e.limit is not None:
             gw.metrics.limit_rejections.labels(e.limit).inc()
-        gw.metrics.requests.labels(endpoint, str(e.status)).inc()
-        await send_error(send, e, {"x-request-id": request_id})
+        gw.metrics.requests.labels(life.endpoint, str(e.status)).inc()
+        await send_error(send, e, {"x-request-id": life.request_id})
         return
-    await _dispatch(gw, parsed, decision, request_id, endpoint, send, receive, caller)
+    await _dispatch(gw, parsed, decision, life, send, caller)
 
 
 def _routing_headers(
@@ -103,13 +141,12 @@ async def _dispatch(
     gw: Gateway,
     parsed: ParsedRequest,
     decision: RoutingDecision,
-    request_id: str,
-    endpoint: str,
+    life: RequestLife,
     send: Send,
-    receive: Receive,
     caller: Caller,
 ) -> None:
     s = gw.settings
+    request_id, endpoint = life.request_id, life.endpoint
     attempts = decision.ranked[: 2 if s.retry_before_first_byte else 1]
     body = parsed.upstream_body()
     headers = {
@@ -123,6 +160,7 @@ async def _dispatch(
     assert gw.pod_client is not None, "gateway not started"
     failure: PodFailure | None = None
     traced = gw.tel.enabled
+    life.stage = FIRST_TOKEN
     for n, routed in enumerate(attempts):
         pod = routed.candidate
         routing.on_dispatch(gw.view, request_id, decision.prepared, routed.index, gw.clock())
@@ -157,6 +195,7 @@ async def _dispatch(
         except PodRejected as e:
             tracing.end_pod_call(span, status=e.status)
             gw.view.on_finish(request_id)
+            life.finish()
             gw.metrics.failed.labels("pod_rejected").inc()
             gw.metrics.requests.labels(endpoint, str(e.status)).inc()
             await send_bytes(send, e.status, e.body, e.content_type,
@@ -168,8 +207,8 @@ async def _dispatch(
             raise
         routing.on_accepted(gw.index, decision.prepared, routed.index)
         gw.outliers.succeeded(pod.name)
-        ex = _Exchange(gw, parsed, decision, routed, request_id, endpoint, stream, t0, span,
-                       caller)  # fmt: skip
+        life.stage = STREAMING if parsed.stream else GENERATING
+        ex = _Exchange(gw, parsed, decision, routed, life, stream, t0, span, caller)
         headers_out = _routing_headers(request_id, routed, decision, debug, traced)
         try:
             if stream is None:
@@ -177,25 +216,27 @@ async def _dispatch(
                 await ex.reply(send, reply, headers_out)
                 return
             if parsed.stream:
-                await ex.stream_to(send, receive, first, headers_out)
+                await ex.stream_to(send, first, headers_out)
             else:
                 await ex.aggregate(send, first, headers_out)
-        finally:
-            ex.abandon()  # a no-op once settled
+        except BaseException:
+            cut = not ex.settled and not life.gone and gw.draining  # the drain deadline
+            ex.abandon()  # the client left, or the response was torn down (shutdown)
+            if stream is not None:
+                stream.close()  # also after [DONE]: the rest of the response was not read
+            if cut:
+                await ex.tell_cut(send, headers_out)
+            raise
+        ex.abandon()  # a no-op once settled
         await stream.release()  # after [DONE]: keep the pod connection for the next request
         return
 
+    life.finish()
     gw.metrics.failed.labels("pod_unavailable").inc()
     gw.metrics.requests.labels(endpoint, "502").inc()
     msg = f"no pod could serve the request: {failure}" if failure else "no pod could serve it"
     err = GatewayError(502, msg, type="upstream_error", code="pod_unavailable")
     await send_error(send, err, {"x-request-id": request_id})
-
-
-async def _client_gone(receive: Receive) -> None:
-    """Returns when the client disconnects (or the response is complete)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 class _Exchange:
@@ -207,26 +248,29 @@ class _Exchange:
         parsed: ParsedRequest,
         decision: RoutingDecision,
         routed: RoutedPod,
-        request_id: str,
-        endpoint: str,
+        life: RequestLife,
         stream: UpstreamStream | None,
         t0: float,
         span: Span | None = None,
         caller: Caller | None = None,
     ) -> None:
         self.gw, self.parsed, self.decision, self.routed = gw, parsed, decision, routed
-        self.request_id, self.endpoint, self.stream, self.t0 = request_id, endpoint, stream, t0
+        self.life, self.stream, self.t0 = life, stream, t0
+        self.request_id, self.endpoint = life.request_id, life.endpoint
         self.span = span  # the pod call's CLIENT span (tracing on), ended on settlement
         # stream: the pod's SSE stream (generation); None for a whole reply (embeddings)
         self.caller = caller  # charged its output tokens on settlement
         self.acc = StreamAccumulator(parsed.kind)
         self.settled = False
+        self.started = False  # a streaming response's head has gone out
         gw.metrics.in_flight.inc()
 
     def on_event(self, raw: bytes, chunk: dict[str, Any], now: float) -> bytes | None:
         """Account a chunk; returns the SSE bytes to forward to a streaming client (or None)."""
         if self.acc.feed(chunk, now) and self.acc.token_chunks == 1:
-            self.gw.view.on_first_token(self.request_id, self.gw.clock())
+            gw = self.gw
+            gw.view.on_first_token(self.request_id, gw.clock())
+            gw.metrics.observe_client_ttft(self.parsed.model, now - self.life.arrived)
         if not self.parsed.stream:
             return None
         if "usage" in chunk and not self.parsed.include_usage:
@@ -245,30 +289,18 @@ class _Exchange:
         out = [b for raw, chunk in events if (b := self.on_event(raw, chunk, now))]
         return b"".join(out)
 
-    async def stream_to(
-        self, send: Send, receive: Receive, first: list[Event], headers: dict[str, str]
-    ) -> None:
-        """Forward the stream to an SSE client; a client disconnect abandons the exchange
-        (the pod connection is dropped, which stops the pod's work on it)."""
-        task = asyncio.current_task()
-        assert task is not None
-        gone = False
-
-        def on_gone(_: asyncio.Future) -> None:
-            nonlocal gone
-            if not self.settled:
-                gone = True
-                task.cancel()
-
-        watch = asyncio.ensure_future(_client_gone(receive))
-        watch.add_done_callback(on_gone)
+    async def stream_to(self, send: Send, first: list[Event], headers: dict[str, str]) -> None:
+        """Forward the stream to an SSE client (a client disconnect cancels it: the request's
+        RequestLife)."""
         stream = self.stream
         out = self.on_events(first)
         try:
             if stream.done:  # the whole reply came at once: headers, then it all, below
                 await start_event_stream(send, headers)
+                self.started = True
             else:  # the head and the first events in one write
                 writer = await start_event_stream(send, headers, out)
+                self.started = True
                 out = b""
                 if writer is not None:  # uvicorn: forwarded from the pod's callbacks
                     out = await self._push(writer)
@@ -282,13 +314,6 @@ class _Exchange:
             self.fail(e.reason, e)
             err = sse_error_event(f"the pod failed mid-stream: {e}", code="pod_stream_failed")
             await send({"type": "http.response.body", "body": err, "more_body": False})
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-            task.uncancel()  # the client went away: settled as a disconnect (abandon)
-        finally:
-            watch.remove_done_callback(on_gone)
-            watch.cancel()
 
     async def _push(self, writer: ChunkWriter) -> bytes:
         """The rest of the stream, forwarded from the pod connection's callbacks; returns the
@@ -344,14 +369,32 @@ class _Exchange:
         acc = self.acc
         acc.first_token_at = acc.last_at = time.perf_counter()
         self.gw.view.on_first_token(self.request_id, self.gw.clock())
+        self.gw.metrics.observe_client_ttft(
+            self.parsed.model, acc.first_token_at - self.life.arrived
+        )
         self.succeed()
         await send_bytes(send, reply.status, reply.body, reply.content_type, headers)
+
+    async def tell_cut(self, send: Send, headers: dict[str, str]) -> None:
+        """The drain deadline cut the request: say so to the client (an SSE error event, or
+        a 503 before a non-streaming response), best effort."""
+        msg = "the gateway is shutting down: the request was cut at its drain deadline"
+        try:
+            if self.parsed.stream and self.started:
+                err = sse_error_event(msg, "service_unavailable", code="shutdown")
+                await send({"type": "http.response.body", "body": err, "more_body": False})
+            elif not self.parsed.stream:
+                e = GatewayError(503, msg, type="service_unavailable", code="shutdown")
+                await send_error(send, e, headers)
+        except Exception as e:  # the connection is going away anyway
+            log.debug("could not tell the client of the cut: %s", e)
 
     # --- settlement -----------------------------------------------------------------------
     def _settle(self) -> bool:
         if self.settled:
             return False
         self.settled = True
+        self.life.finish()  # the outcome is decided: a disconnect now changes nothing
         if self.stream is not None and not self.stream.done:
             self.stream.close()  # failed or abandoned: drop the pod connection
         self.gw.view.on_finish(self.request_id)
@@ -371,12 +414,18 @@ class _Exchange:
         self.gw.metrics.requests.labels(self.endpoint, status).inc()
 
     def abandon(self) -> None:
-        """The client went away (or the response was torn down) before the end."""
+        """The client went away (counted by the handler) or the response was torn down
+        (cancelled: at the drain deadline, ``shutdown``) before the end."""
         if not self._settle():
             return
-        tracing.end_pod_call(self.span, status=200, error="client_disconnect")
-        self.gw.metrics.failed.labels("client_disconnect").inc()
-        self.gw.metrics.requests.labels(self.endpoint, "499").inc()
+        gone = self.life.gone
+        why = "client_disconnect" if gone else "shutdown" if self.gw.draining else "cancelled"
+        tracing.end_pod_call(self.span, status=200, error=why)
+        if not gone:
+            log.warning("request %s to pod %s cut before its end (%s)", self.request_id,
+                        self.routed.candidate.name, why)  # fmt: skip
+            self.gw.metrics.failed.labels(why).inc()
+            self.gw.metrics.requests.labels(self.endpoint, "503").inc()
 
     def succeed(self) -> None:
         if not self._settle():
@@ -390,7 +439,8 @@ class _Exchange:
         if acc.first_token_at is not None:
             ttft_ms = (acc.first_token_at - self.t0) * 1000
             gw.metrics.ttft.labels(model).observe(ttft_ms / 1000)
-            if decision.slo_ttft_ms is not None and ttft_ms > decision.slo_ttft_ms:
+            client_ttft_ms = (acc.first_token_at - self.life.arrived) * 1000
+            if decision.slo_ttft_ms is not None and client_ttft_ms > decision.slo_ttft_ms:
                 gw.metrics.ttft_slo_violations.labels(model).inc()
                 gw.metrics.slo_violations.labels(model, "ttft").inc()
             chunks = acc.choice_chunks

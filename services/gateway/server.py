@@ -1,6 +1,22 @@
 """Run the gateway app under uvicorn inside the current event loop.
 
 Used by ``main`` and by tests/benchmarks that need a real gateway on a free port.
+
+Stopping with :meth:`RunningGateway.drain` (what SIGTERM does to ``headroom gateway``):
+
+1. readiness (``/readyz``) turns false and new proxy requests get 503 ``draining`` (an
+   OpenAI error body, ``Retry-After``, ``connection: close``), for ``drain_unready_s``;
+2. the listener closes (new connections are refused) and idle keep-alive connections are
+   closed; running requests (streams, non-streaming generations, requests in the
+   flow-control queue) go on for up to ``drain_timeout_s``, each connection closing after
+   its response;
+3. whatever still runs then is cut (uvicorn cancels it): a stream ends with an SSE error
+   event, a non-streaming request gets 503, both with code ``shutdown`` (counted as
+   ``shutdown`` in ``headroom_gateway_requests_failed_total``); the lifespan stops: the
+   training samples are handed to JetStream, the pod connections and NATS closed.
+
+uvicorn's own signal handlers are not installed (:class:`_Server`): the process's runner
+(shared/runner.py) owns SIGTERM/SIGINT and calls the drain.
 """
 
 from __future__ import annotations
@@ -10,7 +26,7 @@ import contextlib
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import uvicorn
@@ -37,7 +53,20 @@ class RunningGateway:
     def gateway(self) -> Gateway:
         return self.app.gateway
 
+    async def drain(self) -> None:
+        """Stop gracefully (module docstring): readiness false and new requests refused for
+        ``drain_unready_s``, then the listener closed while running requests finish (up to
+        ``drain_timeout_s``), then the lifespan's shutdown."""
+        s = self.gateway.settings
+        self.gateway.begin_drain()
+        if s.drain_unready_s > 0 and not self.task.done():
+            await asyncio.wait({self.task}, timeout=s.drain_unready_s)
+        await self.stop(timeout_s=s.drain_timeout_s + 10.0)
+
     async def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop now: the listener closes, running requests get up to ``drain_timeout_s``
+        (uvicorn's graceful shutdown), then the lifespan's shutdown; all within
+        ``timeout_s`` or the server is forced out."""
         self.server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
@@ -46,6 +75,16 @@ class RunningGateway:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own SIGTERM/SIGINT handlers (``capture_signals``, which
+    uvicorn's ``serve`` enters: a no-op here; tests/unit/test_gateway_server.py fails if
+    uvicorn stops calling it): the runner owns the signals and drains the gateway."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -77,9 +116,9 @@ async def start_gateway(
     # middleware: the gateway never uses the client address.
     config = uvicorn.Config(
         app, http="httptools", log_config=None, access_log=False, lifespan="on",
-        proxy_headers=False, timeout_graceful_shutdown=5,
+        proxy_headers=False, timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]
     )  # fmt: skip
-    server = uvicorn.Server(config)
+    server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     deadline = None if startup_timeout_s is None else time.monotonic() + startup_timeout_s
     while not server.started:

@@ -38,6 +38,37 @@ class GatewaySettings(CommonSettings):
     stale_after_s: float = Field(
         2.0, gt=0, description="A pod record older than this uses the gateway's own counts"
     )
+    scrape_misses_tolerated: int = Field(
+        3,
+        ge=0,
+        description="Consecutive failed scrapes (timeouts and other errors, not connection "
+        "failures) through which a ready pod that served this gateway recently stays "
+        "routable on the gateway's own counts",
+    )
+    served_recently_s: float = Field(
+        10.0,
+        ge=0,
+        description="A pod served recently when one of its requests decodes now or had its "
+        "first token within this many seconds (for scrape_misses_tolerated)",
+    )
+    nats_outage_grace_s: float = Field(
+        60.0,
+        ge=0,
+        description="Readiness (/readyz) stays true this long while NATS is down, if the "
+        "gateway has a ready pod record to route on",
+    )
+    drain_unready_s: float = Field(
+        1.0,
+        ge=0,
+        description="On SIGTERM: readiness turns false and new requests get 503 draining "
+        "for this long, then the listener closes (new connections are refused)",
+    )
+    drain_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="On SIGTERM: how long running requests may take to finish once the "
+        "listener is closed; what runs after that is cut",
+    )
     prefix_block_tokens: int = Field(64, ge=1, description="Tokens per prefix-index block")
     prefix_index_blocks: int = Field(
         50_000,

@@ -210,6 +210,20 @@ async def gateway_stack(
             await p.stop()
 
 
+def flow_profiles(tmp_path, **flow: Any) -> str:
+    """The shipped profiles with the ``headroom`` profile's flow control closing a pod as
+    soon as any prefill is in flight there (``maxBacklogS`` 1 ms, overridable) and no
+    prediction call (no predictor in these tests)."""
+    doc = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    for p in doc["profiles"]:
+        if p["name"] == "headroom":
+            p["plugins"] = [r for r in p["plugins"] if r["pluginRef"] != "latency-producer"]
+            p["flowControl"] = {"enabled": True, "maxBacklogS": 0.001, **flow}
+    path = tmp_path / "profiles.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
 PREDICTED = "predicted-headroom"  # a deterministic predicted-headroom profile for tests
 
 

@@ -99,6 +99,7 @@ async def test_scrape_http_status(pod, session):
     pod.status = 503
     out = await Scraper(session, timeout_s=5.0).scrape(PodTarget("p", pod.url))
     assert out.reason == "http_status" and not out.record.ready
+    assert out.record.error_reason == "http_status"
     assert "503" in out.record.error
 
 
@@ -118,6 +119,7 @@ async def test_scrape_timeout(pod, session):
     out = await Scraper(session, timeout_s=0.2).scrape(PodTarget("p", pod.url))
     assert out.reason == "timeout" and not out.record.ready
     assert out.record.error.startswith("timeout")
+    assert out.record.error_reason == "timeout"  # a miss for the gateway's pod view
 
 
 async def test_scrape_connection_refused(session):
@@ -125,6 +127,7 @@ async def test_scrape_connection_refused(session):
     out = await Scraper(session, timeout_s=5.0).scrape(PodTarget("gone", url))
     assert out.reason == "connect" and not out.record.ready
     assert out.record.error.startswith("connect")
+    assert out.record.error_reason == "connect"  # down: not ready at once in the gateway
     out.record.validate()
 
 

@@ -8,27 +8,16 @@ import asyncio
 import time
 
 import pytest
-import yaml
 
-from services.gateway.scheduling.config import DEFAULT_CONFIG_PATH
 from shared.tokenizer import synth_text
-from tests.integration.gateway_harness import MODEL, gateway_stack, metric, wait_for
+from tests.integration.gateway_harness import MODEL, flow_profiles, gateway_stack, metric, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 CMPL = "/v1/completions"
 
 
-def _profiles(tmp_path, **flow) -> str:
-    doc = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
-    for p in doc["profiles"]:
-        if p["name"] == "headroom":
-            # any prefill in flight closes the pod; no predictor in these tests
-            p["plugins"] = [r for r in p["plugins"] if r["pluginRef"] != "latency-producer"]
-            p["flowControl"] = {"enabled": True, "maxBacklogS": 0.001, **flow}
-    path = tmp_path / "profiles.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return str(path)
+_profiles = flow_profiles  # any prefill in flight closes the pod; no predictor
 
 
 async def _first_token_at(st, body) -> tuple[int, float | None, dict]:
@@ -101,3 +90,38 @@ async def test_full_queue_gets_503_and_a_departed_client_leaves_no_trace(isolate
         # the queue still works afterwards
         status, _, _ = await _first_token_at(st, _body(100, 7))
         assert status == 200
+
+
+async def test_client_ttft_counts_the_queue_and_judges_the_slo(isolated, tmp_path):
+    """A request that waits in the gateway's queue: its client-side TTFT (arrival to first
+    token) includes the wait, the pod-side TTFT does not; its TTFT SLO is judged on the
+    client's."""
+    path = _profiles(tmp_path, bypassHopeless=False)  # it waits even when hopeless
+    async with gateway_stack(isolated, n_pods=1, profiles_path=path) as st:
+        await st.snapshot(loads={"pod-0": {}})
+        flow = st.gw.flows["headroom"]
+        blocker = await _occupy(st, 8, max_tokens=4)  # ~0.85 s of prefill
+        body = {**_body(20, 9), "stream": True}
+        queued = asyncio.create_task(
+            st.http.post(st.url + CMPL, json=body, headers={"x-llm-d-slo-ttft-ms": "400"})
+        )
+        await wait_for(lambda: flow.queued == 1, 10, "request queued")
+        async with await queued as r:
+            assert r.status == 200
+            await r.read()
+        assert (await blocker)[0] == 200
+        await wait_for(lambda: st.gw.view.total_in_flight() == 0, 10, "all settled")
+        samples = {s.input_tokens: s for s, _ in await st.samples(2)}
+        pod_ttft_ms = min(samples.values(), key=lambda s: s.input_tokens).ttft_ms
+        m = await st.metrics()
+        wait_s = metric(m, "headroom_gateway_queue_wait_seconds_sum", reason="room")
+        client_sum = metric(m, "headroom_gateway_client_ttft_seconds_sum", model_name=MODEL)
+        pod_sum = metric(m, "inference_objective_request_ttft_seconds_sum", model_name=MODEL)
+        assert metric(m, "headroom_gateway_client_ttft_seconds_count", model_name=MODEL) == 2
+        assert pod_ttft_ms < 400 < wait_s * 1000  # on the pod it was quick; it waited long
+        assert client_sum >= pod_sum + wait_s
+        # judged on the client's TTFT (over 400 ms), not the pod's (under it)
+        assert metric(m, "inference_objective_request_ttft_slo_violation_total",
+                      model_name=MODEL) == 1  # fmt: skip
+        assert metric(m, "inference_objective_request_slo_violation_total",
+                      model_name=MODEL, type="ttft") == 1  # fmt: skip

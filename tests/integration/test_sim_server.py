@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import orjson
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.simulator.server import start_pod
 from services.simulator.settings import DEFAULT_MODEL
-from shared.tokenizer import count_tokens
+from shared.tokenizer import count_tokens, synth_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -366,6 +367,50 @@ async def test_client_disconnect_aborts_request(pod, http):
             break
         await asyncio.sleep(0.02)
     assert not pod.engine.has_work()
+    assert pod.engine.stats().request_aborted == 1
+
+
+async def _pod_drops_idle(pod) -> None:
+    for _ in range(250):
+        if not pod.engine.has_work():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the pod still has work after its client left")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_client_leaving_before_the_first_token_aborts_the_request(pod, stream):
+    """A long prompt (2.7 s of prefill) and a client that leaves while it is prefilled:
+    the engine forgets the request (its KV blocks and batch slot are free again)."""
+    host, port = pod.url.removeprefix("http://").rsplit(":", 1)
+    _r, w = await asyncio.open_connection(host, int(port))
+    body = orjson.dumps({"prompt": synth_text(40_000, seed=9), "max_tokens": 20, "stream": stream})
+    w.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+    await w.drain()
+    for _ in range(250):
+        if pod.engine.stats().kv_usage > 0:  # prefilling: KV blocks held
+            break
+        await asyncio.sleep(0.02)
+    assert pod.engine.stats().kv_usage > 0 and pod.engine.stats().generation_tokens == 0
+    w.close()
+    await _pod_drops_idle(pod)
+    s = pod.engine.stats()
+    assert s.request_aborted == 1 and s.request_success == 0 and s.kv_usage == 0
+
+
+async def test_client_leaving_a_non_streaming_request_stops_its_generation(pod, http):
+    req = {"prompt": "long answer please", "max_tokens": 3000}
+    task = asyncio.create_task(http.post(pod.url + "/v1/completions", json=req))
+    for _ in range(250):
+        if pod.engine.stats().running == 1:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)  # decoding
+    task.cancel()  # the client gives up: its connection is closed
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await _pod_drops_idle(pod)
     assert pod.engine.stats().request_aborted == 1
 
 

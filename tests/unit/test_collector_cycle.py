@@ -123,7 +123,7 @@ async def test_new_pod_is_pending_until_first_result():
     c = _collector(MutableDiscovery(_targets("new")), scraper, published)
     snap = await c.run_cycle(wait_s=0.01)
     (rec,) = snap.pods
-    assert not rec.ready and rec.error.startswith("pending")
+    assert not rec.ready and rec.error.startswith("pending") and rec.error_reason == "pending"
     await c.aclose()
 
 

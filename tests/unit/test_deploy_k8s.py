@@ -436,3 +436,32 @@ def test_gateway_mounts_the_key_secrets_and_the_components_point_at_them(tmp_pat
     s = _parse_gateway_settings(data)
     assert s.pod_auth == "inject" and s.api_keys_path == path
     assert s.pod_api_key_file == f"{mounts['headroom-pod-credentials']['path']}/api-key"
+
+
+def _sleep_s(hook: dict) -> float:
+    if "sleep" in hook:
+        return float(hook["sleep"]["seconds"])
+    cmd = hook["exec"]["command"]
+    assert cmd[0] == "sleep" and len(cmd) == 2, cmd
+    return float(cmd[1])
+
+
+def test_gateway_probes_and_drain_match_the_code():
+    from services.gateway.app import create_app
+
+    routes = {getattr(r, "path", None) for r in create_app(settings_class("gateway")()).api.routes}
+    for directory in (BASE, GKE):
+        objs = render(directory)
+        pod = by_kind(objs, "Deployment")["gateway"]["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
+        assert c["livenessProbe"]["httpGet"]["path"] == "/livez" in routes
+        assert c["startupProbe"]["httpGet"]["path"] == "/livez"
+        # the grace period covers the preStop sleep, the unready window, the drain deadline
+        # and a margin for the final hand-over (samples, NATS)
+        s = _parse_gateway_settings(_gateway_settings(objs))
+        pre_stop = _sleep_s(c["lifecycle"]["preStop"])
+        needed = pre_stop + s.drain_unready_s + s.drain_timeout_s + 5
+        assert pre_stop >= 3  # time for the endpoints to drop the pod while it still serves
+        assert pod["terminationGracePeriodSeconds"] >= needed, (pod, needed)
+        assert pod["terminationGracePeriodSeconds"] <= needed + 30

@@ -29,6 +29,11 @@ A record older than ``stale_after_s`` is stale: its waiting/running numbers are 
 the gateway's own counts (requests before their first token count as waiting, decoding ones
 as running; ``unseen_requests`` is then 0 because every in-flight request is already counted).
 
+A failed scrape does not make a pod that served recently unroutable at once
+(services/gateway/scheduling/scrape_misses.py): through ``scrape_misses_tolerated`` missed
+scrapes its last good record stays, counted as stale (the gateway's own counts); a
+connection failure, or one miss more, makes it not ready.
+
 Pure: no I/O, no clock. ``now`` is unix seconds (the records' ``scraped_at`` is too).
 """
 
@@ -38,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.gateway.scheduling.cost_model import PrefillCostModel
+from services.gateway.scheduling.scrape_misses import ScrapeMisses
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
 
@@ -97,6 +103,7 @@ class PodCounts:
     ready: int
     not_ready: int
     stale: int
+    missed: int = 0  # ready ones kept through missed scrapes (counted in stale too)
 
     @property
     def total(self) -> int:
@@ -104,9 +111,19 @@ class PodCounts:
 
 
 class PodView:
-    def __init__(self, stale_after_s: float = 2.0, cost: PrefillCostModel | None = None) -> None:
+    def __init__(
+        self,
+        stale_after_s: float = 2.0,
+        cost: PrefillCostModel | None = None,
+        *,
+        scrape_misses_tolerated: int = 3,
+        served_recently_s: float = 10.0,
+    ) -> None:
         self.stale_after_s = stale_after_s
         self.cost = cost if cost is not None else PrefillCostModel()
+        self.misses = ScrapeMisses(scrape_misses_tolerated)
+        self.served_recently_s = served_recently_s
+        self._first_token_at: dict[str, float] = {}  # pod -> its latest first token (now)
         # called after a pod's load fell (a first token, a finished request, a snapshot):
         # the shell's flow control may release queued requests then
         self.on_change: Callable[[], None] | None = None
@@ -115,17 +132,46 @@ class PodView:
         self._inflight: dict[str, _InFlight] = {}
         self._tickets: dict[str, _Ticket] = {}  # request id -> ticket
 
+    @classmethod
+    def from_settings(cls, settings, cost: PrefillCostModel | None = None) -> PodView:
+        """The view as the gateway's settings (services/gateway/settings.py) configure it:
+        the gateway and the routing lab build it here."""
+        return cls(
+            settings.stale_after_s,
+            cost,
+            scrape_misses_tolerated=settings.scrape_misses_tolerated,
+            served_recently_s=settings.served_recently_s,
+        )
+
     # --- scraped state ------------------------------------------------------------------
     def apply_snapshot(self, snapshot: PodSnapshot) -> None:
         """Replace the records with a pool's snapshot (pods missing from it are forgotten;
-        in-flight counters of such pods stay until their requests finish)."""
-        records: dict[str, PodRecord] = {}
+        in-flight counters of such pods stay until their requests finish). A failed
+        scrape's record may be replaced by the pod's last good one (module docstring)."""
+        latest: dict[str, PodRecord] = {}
         for rec in snapshot.pods:
-            old = records.get(rec.name)
+            old = latest.get(rec.name)
             if old is None or rec.scraped_at >= old.scraped_at:
-                records[rec.name] = rec
+                latest[rec.name] = rec
+        now = snapshot.ts
+        self.misses.retain(latest)
+        for name in [n for n in self._first_token_at if n not in latest]:
+            del self._first_token_at[name]
+        records = {
+            name: self.misses.admit(rec, not rec.ready and self.served_recently(name, now))
+            for name, rec in latest.items()
+        }
         self._records = records
         self._changed()
+
+    def served_recently(self, pod: str, now: float) -> bool:
+        """A request of this gateway decodes on ``pod`` now, or one had its first token
+        there within ``served_recently_s`` (with the time given to ``on_first_token``)."""
+        fl = self._inflight.get(pod)
+        if fl is not None and fl.decoding > 0:
+            return True
+        at = self._first_token_at.get(pod)
+        return at is not None and now - at <= self.served_recently_s
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -135,12 +181,15 @@ class PodView:
         return self._records.get(pod)
 
     def is_stale(self, rec: PodRecord, now: float) -> bool:
-        return now - rec.scraped_at > self.stale_after_s
+        """Older than ``stale_after_s``, or kept through a missed scrape."""
+        kept = self.misses.kept
+        return now - rec.scraped_at > self.stale_after_s or (bool(kept) and rec.name in kept)
 
     def counts(self, now: float) -> PodCounts:
         ready = sum(1 for r in self._records.values() if r.ready)
         stale = sum(1 for r in self._records.values() if r.ready and self.is_stale(r, now))
-        return PodCounts(ready=ready, not_ready=len(self._records) - ready, stale=stale)
+        missed = sum(1 for n in self.misses.kept if n in self._records)
+        return PodCounts(ready, len(self._records) - ready, stale, missed)
 
     def known_models(self) -> set[str]:
         """Models named by any pod's record, ready or not."""
@@ -279,6 +328,7 @@ class PodView:
         fl.decoding += 1
         fl.decode_tokens += t.max_tokens
         if now is not None:
+            self._first_token_at[t.pod] = now
             ttft_s = now - t.dispatched_at
             if t.ttft_slo_ms is not None:
                 t.protected = ttft_s * 1000.0 <= t.ttft_slo_ms
