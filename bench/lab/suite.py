@@ -43,7 +43,7 @@ TRAIN: tuple = (
         think_s=20.0, max_context=32768, arrival=Arrival("poisson", 1.0)),
         seed=1102, requests=2000),
     WorkloadSpec("rag-a", Rag(
-        documents=5, document=LogNormal(30_000, 70_000, 10_000, 100_000), zipf=1.1,
+        documents=5, document=LogNormal(40_000, 100_000, 10_000, 120_000), zipf=1.1,
         docs_per_request=1, system_tokens=512, question=LogNormal(80, 250, 10, 600),
         output=LogNormal(120, 350, 20, 600), arrival=Arrival("poisson", 2.0)),
         seed=1103, requests=800),

@@ -41,6 +41,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, ClassVar
 
 BLOCK = 512
@@ -65,6 +66,10 @@ class LogNormal:
     @property
     def sigma(self) -> float:
         return math.log(self.p90 / self.median) / Z90
+
+    def quantile(self, q: float) -> int:
+        x = self.median * math.exp(self.sigma * NormalDist().inv_cdf(q))
+        return int(min(self.hi, max(self.lo, round(x))))
 
     def sample(self, rng: random.Random) -> int:
         x = self.median * math.exp(self.sigma * rng.gauss(0.0, 1.0))
@@ -248,7 +253,8 @@ class Rag:
 
     family: ClassVar[str] = "rag"
     documents: int = 5
-    document: LogNormal = LogNormal(30_000, 70_000, 10_000, 100_000)  # drawn once per document
+    # document lengths: this distribution's quantiles at (i + 0.5) / documents
+    document: LogNormal = LogNormal(30_000, 70_000, 10_000, 100_000)
     zipf: float = 1.1  # document popularity exponent
     docs_per_request: int = 1  # distinct documents per prompt, most popular first
     system_tokens: int = 512
@@ -259,7 +265,13 @@ class Rag:
     def rows(self, n: int, rng: random.Random, ids: Blocks) -> list[Row]:
         if not 1 <= self.docs_per_request <= self.documents:
             raise ValueError("need 1 <= docs_per_request <= documents")
-        doc_blocks = [blocks_for(self.document.sample(rng)) for _ in range(self.documents)]
+        # document lengths at evenly spaced quantiles (the few documents span the
+        # distribution), their popularity ranks shuffled
+        lengths = [
+            self.document.quantile((i + 0.5) / self.documents) for i in range(self.documents)
+        ]
+        rng.shuffle(lengths)
+        doc_blocks = [blocks_for(x) for x in lengths]
         weights = zipf_weights(self.documents, self.zipf)
         sys_blocks = blocks_for(self.system_tokens)
         times = self.arrival.times(rng)
