@@ -201,14 +201,19 @@ def _map(fn, items: Sequence, jobs: int, on_result: Callable | None = None) -> l
             if on_result is not None:
                 on_result(out[-1])
         return out
-    with _pool(min(jobs, len(items))) as pool:
+    pool = _pool(min(jobs, len(items)))
+    try:
         futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
         out: list = [None] * len(items)
         for f in as_completed(futures):
             out[futures[f]] = f.result()
             if on_result is not None:
                 on_result(out[futures[f]])
-        return out
+    except BaseException:  # a failed run or ^C: drop the queued runs, do not wait for them
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
 
 
 def _prepare_one(args: tuple[Workload, LabConfig]) -> Workload:

@@ -202,3 +202,18 @@ def test_characterise_a_small_trace_exactly(tmp_path):
     assert c["block_repeat"] == pytest.approx(2 / 6, abs=1e-4)
     assert c["rate_rps"] == pytest.approx(2 / 3, abs=1e-4) and c["duration_s"] == 3.0
     assert c["arrival_cv"] == pytest.approx(1 / 3, abs=1e-3)  # gaps 1 s and 2 s
+
+
+def test_the_lab_report_describes_a_generated_workload(tmp_path):
+    from bench.lab.config import LabConfig
+    from bench.lab.run import run_lab
+
+    spec = WorkloadSpec("tiny", Chat(arrival=Arrival("poisson", 5.0)), seed=14, requests=12)
+    path = spec.write(tmp_path / "tiny.jsonl")
+    r = run_lab(LabConfig(trace=str(path), policy="least-request", pods=2))
+    assert r["workload_spec"]["family"] == "chat" and r["workload_spec"]["seed"] == 14
+    assert r["workload_spec"]["params"]["prompt"]["median"] == 800
+    (tmp_path / "tiny.spec.json").unlink()
+    assert (
+        run_lab(LabConfig(trace=str(path), policy="least-request", pods=2))["workload_spec"] is None
+    )
