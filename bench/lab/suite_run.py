@@ -139,6 +139,7 @@ class Task:
     load: float
     headers: bool  # SLO headers sent
     derive_slo: bool  # also report attainment with the workload's SLOs from these requests
+    keep_plain: bool = True  # with derive_slo: keep the report without SLOs too
 
 
 def rate_scale(workload: Workload, load: float) -> float:
@@ -161,7 +162,7 @@ def tasks_for(
                 if slo == "off":
                     out.append(Task(w, base, policy, load, False, False))
                 elif slo == "on":
-                    out.append(Task(w, base, policy, load, not blind, blind))
+                    out.append(Task(w, base, policy, load, not blind, blind, keep_plain=not blind))
                 else:
                     out.append(Task(w, base, policy, load, False, blind))
                     if not blind:
@@ -185,6 +186,8 @@ def run_task(task: Task) -> list[dict]:
         derived = summarize(records, slo_ttft_ms=w.slo["ttft_ms"], slo_tpot_ms=w.slo["tpot_ms"])
         out.append({**out[0], "slo": derived["slo"], "slo_headers": True,
                     "slo_from_headerless": True})  # fmt: skip
+        if not task.keep_plain:
+            del out[0]
     return out
 
 

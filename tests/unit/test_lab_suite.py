@@ -116,6 +116,9 @@ def test_tasks_skip_header_runs_of_slo_blind_policies():
     both = tasks_for([w], base, ["gie-default", "headroom"], [1.0], "both")
     assert [(t.policy, t.headers, t.derive_slo) for t in both] == [
         ("gie-default", False, True), ("headroom", False, False), ("headroom", True, False)]  # fmt: skip
+    on = tasks_for([w], base, ["gie-default", "headroom"], [1.0], "on")
+    assert [(t.policy, t.headers, t.derive_slo, t.keep_plain) for t in on] == [
+        ("gie-default", False, True, False), ("headroom", True, False, True)]  # fmt: skip
     off = tasks_for([w], base, ["gie-default", "headroom"], [1.0], "off")
     assert [(t.headers, t.derive_slo) for t in off] == [(False, False), (False, False)]
 
