@@ -270,10 +270,11 @@ def write_suite_outputs(
     name: str, base: LabConfig, loads: Sequence[float], slo: str,
     workloads: Sequence[Workload], results: Sequence[dict], out_dir: Path,
 ) -> list[Path]:  # fmt: skip
-    """``results.json`` (every run's report), ``summary.json`` and ``summary.md``."""
+    """``results.json`` (every run's report), ``summary.json``, ``summary.md`` and the plots
+    (:func:`bench.lab.summary.plot`)."""
     import json
 
-    from bench.lab.summary import summarise, summary_markdown
+    from bench.lab.summary import plot, summarise, summary_markdown
 
     meta = {"suite": name, "pods": base.pods, "profile": base.profile, "seed": base.seed,
             "streaming": base.streaming, "loads": list(loads), "slo": slo,
@@ -289,4 +290,4 @@ def write_suite_outputs(
     paths[0].write_text(json.dumps(list(results), indent=1) + "\n")
     paths[1].write_text(json.dumps(s, indent=1) + "\n")
     paths[2].write_text(summary_markdown(s))
-    return paths
+    return paths + plot(s, out_dir)

@@ -272,3 +272,51 @@ def summary_markdown(s: dict) -> str:
         "## Issue 18 done-means 1", "", done_markdown(s["done_means_1"]),
         "## Cells", "", cells_markdown(s["cells"]),
     ])  # fmt: skip
+
+
+def plot(s: dict, out_dir) -> list:
+    """``suite_ttft_p90.png`` (runs without SLO headers) and ``suite_attainment.png`` (with
+    them): one panel per workload, one line per policy over the loads."""
+    import math
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cs, policies = s["cells"], s["policies"]
+    names = list(dict.fromkeys(c["workload"] for c in cs))
+    written = []
+    for metric, fname, label, log in (
+        ("ttft_p90", "suite_ttft_p90.png", "TTFT p90 ms (no SLO headers)", True),
+        ("attainment", "suite_attainment.png", "SLO attainment (with SLO headers)", False),
+    ):
+        if not any(c.get(metric) is not None for c in cs):
+            continue
+        cols = min(3, len(names))
+        rows = math.ceil(len(names) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), dpi=100,
+                                 squeeze=False)  # fmt: skip
+        for ax, w in zip(axes.flat, names, strict=False):
+            for p in policies:
+                pts = sorted((c["load"], c[metric]) for c in cs
+                             if c["workload"] == w and c["policy"] == p
+                             and c.get(metric) is not None)  # fmt: skip
+                if pts:
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+            ax.set_title(w, fontsize=9)
+            if log:
+                ax.set_yscale("log")
+            ax.grid(True, alpha=0.3)
+            ax.tick_params(labelsize=7)
+        for ax in list(axes.flat)[len(names) :]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=6)
+        fig.suptitle(f"suite {s['suite']}: {label} vs load", fontsize=10)
+        fig.tight_layout()
+        path = Path(out_dir) / fname
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written

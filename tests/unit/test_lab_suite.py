@@ -234,6 +234,8 @@ def test_lab_compare_suite_end_to_end_and_jobs_do_not_change_results(tmp_path, c
     assert s["done_means_1"]["cells_checked"] == 2
     assert "## Issue 18 done-means 1" in (tmp_path / "j2" / "summary.md").read_text()
     assert (tmp_path / "j2" / "workloads" / "smoke-chat.jsonl").is_file()
+    assert (tmp_path / "j2" / "suite_ttft_p90.png").is_file()
+    assert (tmp_path / "j2" / "suite_attainment.png").is_file()
 
     def strip(p: Path):
         return [{k: v for k, v in r.items() if k != "wall_seconds"}
