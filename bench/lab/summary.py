@@ -257,6 +257,40 @@ def done_markdown(dm: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def versus_markdown(cs: Sequence[dict], policy: str = "headroom",
+                    baselines: Sequence[str] = BASELINES) -> str:  # fmt: skip
+    """Per (workload, load): ``policy``'s TTFT/TPOT/E2E p90 over the best baseline's (which
+    one in brackets), its TTFT p90 over gie-default's and its attainment minus
+    gie-default's, in points (done-means 1, cell by cell)."""
+    lines = [
+        f"| workload | load | {policy} TTFT p90 ms | TTFT p90 / best | TPOT p90 / best "
+        "| E2E p90 / best | TTFT p90 / gie-default | attainment | vs gie-default |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (w, load), row in _index(cs).items():
+        me = row.get(policy)
+        base = {b: row[b] for b in baselines if b in row}
+        if me is None or not base:
+            continue
+
+        def vs(m: str, me: dict = me, base: dict = base) -> str:
+            vals = [(c[m], b) for b, c in base.items() if c.get(m) is not None]
+            if me.get(m) is None or not vals:
+                return "–"
+            best, b = min(vals)
+            return f"{me[m] / best:.2f} ({b})" if best else "–"
+
+        gie = row.get("gie-default", {})
+        t, tg = me.get("ttft_p90"), gie.get("ttft_p90")
+        a, ag = me.get("attainment"), gie.get("attainment")
+        lines.append(
+            f"| {w} | {load:g} | {_f(t)} | {vs('ttft_p90')} | {vs('tpot_p90')} "
+            f"| {vs('e2e_p90')} | {'–' if t is None or not tg else f'{t / tg:.2f}'} "
+            f"| {_f(a, pct=True)} | {'–' if a is None or ag is None else f'{100 * (a - ag):+.1f} pts'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def summary_markdown(s: dict) -> str:
     head = (
         f"# Lab suite `{s['suite']}`\n\n"
@@ -270,6 +304,7 @@ def summary_markdown(s: dict) -> str:
         head, "## Workloads", "", workloads_markdown(s["workloads"]),
         "## Worst case against the best other policy", "", worst_markdown(s["worst_case"]),
         "## Issue 18 done-means 1", "", done_markdown(s["done_means_1"]),
+        "", versus_markdown(s["cells"]) if "headroom" in s["policies"] else "",
         "## Cells", "", cells_markdown(s["cells"]),
     ])  # fmt: skip
 
