@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="headroom lab",
         description="Replay a trace against simulated pods in virtual time through the real "
         "scheduling, training and prediction code. `headroom lab compare --help` for the "
-        "load ladder.",
+        "load ladder and the workload suite (--suite), `headroom lab workloads --help` for "
+        "the suite's workloads.",
     )
     add_common_arguments(p)
     p.add_argument("--policy", default="headroom", help="scheduling profile (default headroom)")
