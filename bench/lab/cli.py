@@ -173,6 +173,8 @@ def build_workloads_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--write", metavar="DIR", help="write the generated workloads here")
     p.add_argument("--full-traces", action="store_true", help="the real traces' whole halves")
+    p.add_argument("--trace", action="append", default=[], metavar="FILE",
+                   help="characterise this trace instead of a suite (repeatable)")  # fmt: skip
     return p
 
 
@@ -320,6 +322,14 @@ def run_workloads_cli(argv: list[str]) -> int:
     from bench.lab.suite import suite
 
     try:
+        if args.trace:
+            rows = [(Path(t).name, "-", "trace", characterise(read_trace(t).requests))
+                    for t in args.trace]  # fmt: skip
+            if args.json:
+                print(json.dumps([{"name": n, "characterisation": c} for n, _, _, c in rows]))
+            else:
+                print(table_markdown(rows), end="")
+            return 0
         entries = suite(args.suite, full_traces=args.full_traces)
         with tempfile.TemporaryDirectory() as tmp:
             out_dir = Path(args.write) if args.write else Path(tmp)

@@ -256,3 +256,13 @@ def test_lab_workloads_prints_the_characterisation(tmp_path, capsys):
     assert (tmp_path / "smoke-agentic.jsonl").is_file()
     assert cli(["lab", "workloads", "--suite", "smoke"]) == 0
     assert "| smoke-chat | smoke | chat | 40 |" in capsys.readouterr().out
+
+
+def test_lab_workloads_characterises_any_trace(capsys):
+    from bench.lab.synthetic import TRACE_SLICES_DIR
+
+    t = TRACE_SLICES_DIR / "mooncake_conversation_head400.jsonl"
+    assert cli(["lab", "workloads", "--trace", str(t), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["name"] == t.name and row["characterisation"]["requests"] == 400
+    assert 0 < row["characterisation"]["block_repeat"] < 1
