@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from contextlib import contextmanager
@@ -376,7 +377,15 @@ def run_suite_cli(args: argparse.Namespace) -> int:
     out = Path(args.out)
     done = [0]
 
+    out.mkdir(parents=True, exist_ok=True)
+    # every workload and run as it completes (what a cut-short suite leaves)
+    partial = out / "results.partial.jsonl"
+    partial.write_text("")
+    (out / "workloads.partial.jsonl").write_text("")
+
     def on_prepared(w) -> None:
+        with (out / "workloads.partial.jsonl").open("a") as f:
+            f.write(json.dumps(dataclasses.asdict(w)) + "\n")
         if not args.quiet:
             s = w.saturation
             print(f"{w.name}: saturation {s['cluster_rps']:.2f} req/s ({args.pods} pods), "
@@ -385,6 +394,8 @@ def run_suite_cli(args: argparse.Namespace) -> int:
 
     def on_done(reports: list[dict]) -> None:
         done[0] += 1
+        with partial.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in reports)
         if not args.quiet:
             r = reports[0]
             tag = " +SLO" if r["slo_headers"] else ""

@@ -242,6 +242,9 @@ def test_lab_compare_suite_end_to_end_and_jobs_do_not_change_results(tmp_path, c
                 for r in json.loads(p.read_text())]  # fmt: skip
 
     assert strip(tmp_path / "j1" / "results.json") == strip(tmp_path / "j2" / "results.json")
+    partial = (tmp_path / "j2" / "results.partial.jsonl").read_text().splitlines()
+    assert len(partial) == len(json.loads((tmp_path / "j2" / "results.json").read_text()))
+    assert len((tmp_path / "j2" / "workloads.partial.jsonl").read_text().splitlines()) == 2
     assert cli(["lab", "compare", "--suite", "smoke", "--trace", "x", "--out",
                 str(tmp_path / "bad")]) == 2  # fmt: skip
     assert "picks its own traces" in capsys.readouterr().err
