@@ -358,7 +358,7 @@ def run_workloads_cli(argv: list[str]) -> int:
 
 
 def run_suite_cli(args: argparse.Namespace) -> int:
-    from bench.lab.suite_run import run_suite, write_suite_outputs
+    from bench.lab.suite_run import commit, run_suite, write_suite_outputs
 
     if args.trace or args.limit is not None or args.offset:
         print("headroom lab compare: --suite picks its own traces (no --trace/--limit/--offset)",
@@ -374,6 +374,7 @@ def run_suite_cli(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     loads = [float(x) for x in args.loads.split(",") if x.strip()]
     args.trace = "-"  # each workload sets its own
+    started_at = commit()
     out = Path(args.out)
     done = [0]
 
@@ -411,6 +412,7 @@ def run_suite_cli(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"headroom lab compare: {e}", file=sys.stderr)
         return 2
-    for path in write_suite_outputs(args.suite, base, loads, args.slo, workloads, results, out):
+    for path in write_suite_outputs(args.suite, base, loads, args.slo, workloads, results, out,
+                                    started_at):  # fmt: skip
         print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -269,16 +269,18 @@ def run_suite(
 def write_suite_outputs(
     name: str, base: LabConfig, loads: Sequence[float], slo: str,
     workloads: Sequence[Workload], results: Sequence[dict], out_dir: Path,
+    commit_id: str | None = None,
 ) -> list[Path]:  # fmt: skip
     """``results.json`` (every run's report), ``summary.json``, ``summary.md`` and the plots
-    (:func:`bench.lab.summary.plot`)."""
+    (:func:`bench.lab.summary.plot`); ``commit_id``: the checkout's commit when the runs
+    started (default: now)."""
     import json
 
     from bench.lab.summary import plot, summarise, summary_markdown
 
     meta = {"suite": name, "pods": base.pods, "profile": base.profile, "seed": base.seed,
             "streaming": base.streaming, "loads": list(loads), "slo": slo,
-            "commit": commit()}  # fmt: skip
+            "commit": commit_id or commit()}  # fmt: skip
     ws = [
         {"name": w.name, "split": w.split, "family": w.family, "spec": w.spec,
          "characterisation": w.characterisation, "saturation": w.saturation, "slo": w.slo}
