@@ -6,6 +6,7 @@ config and seed give the same report except ``wall_seconds``.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,16 @@ def load_lab_trace(config: LabConfig) -> Trace:
         offset=config.offset,
         seed=config.seed,
     )
+
+
+def workload_spec(trace: str | Path) -> dict | None:
+    """A generated workload's spec (``<trace>.spec.json`` beside it, bench/lab/workloads.py):
+    its family, parameters and seed, for the report; None for other traces."""
+    path = Path(trace).with_suffix(".spec.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def auto_train_interval(trainer: TrainerSettings, duration_s: float, max_cycles: int) -> float:
@@ -116,6 +127,7 @@ def run_lab(
     report = {
         "policy": config.policy,
         "trace": Path(config.trace).name,
+        "workload_spec": workload_spec(config.trace),
         "trace_format": trace.format,
         "pods": config.pods,
         "profile": config.profile,
