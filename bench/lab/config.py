@@ -58,6 +58,9 @@ class LabConfig:
     mape_after: int = 2000  # report MAPE on requests routed after this many samples
     trainer_overrides: dict[str, object] = field(default_factory=dict)  # TrainerSettings fields
     predictor_objective: str | None = None  # None: PredictorSettings().objective
+    # decisions whose regret is measured by forking every candidate (bench/lab/regret.py)
+    # (None: bench.lab.regret.default_regret_samples of the trace's length; 0: off)
+    regret_samples: int | None = None
 
     def engine_profile(self) -> Profile:
         """The pods' engine: the hardware profile with the vLLM flags applied."""
@@ -75,6 +78,8 @@ class LabConfig:
                 raise ValueError(f"{name} must be >= 0")
         if not self.scrape_interval_s > 0:
             raise ValueError("scrape_interval_s must be > 0")
+        if self.regret_samples is not None and self.regret_samples < 0:
+            raise ValueError("regret_samples must be >= 0")
         if self.train_interval_s is not None and not self.train_interval_s > 0:
             raise ValueError("train_interval_s must be > 0")
         for name in ("slo_ttft_ms", "slo_tpot_ms"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
+from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
 from bench.traces import Trace, read_trace
@@ -85,6 +86,10 @@ def run_lab(
             publish_delay_s=config.publish_delay_s,
             predictor_objective=objective,
         )
+    n_regret = config.regret_samples
+    if n_regret is None:
+        n_regret = default_regret_samples(len(trace))
+    probe = RegretProbe(len(trace), n_regret, config.seed) if n_regret > 0 else None
     sim = LabSimulation(
         trace.requests,
         profile=profile,
@@ -106,6 +111,7 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        regret=probe,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
@@ -132,6 +138,7 @@ def run_lab(
         "prefix_cache_hit_rate": sim.prefix_cache_hit_rate(),
         "preemptions": sim.preemptions(),
         "prediction": prediction,
+        "regret_ms": probe.summary() if probe is not None else regret_summary(None),
         "dispatch_ms": latency_stats(
             [(r.dispatched_s - r.arrival_s) * 1000.0 for r in records if r.dispatched_s is not None]
         ),

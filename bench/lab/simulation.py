@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.lab.learning import OnlineLearner
+from bench.lab.regret import RegretProbe
 from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
 from bench.traces import TraceRequest
 from services.gateway.predictor_client import REASON_NO_MODEL
@@ -110,6 +111,7 @@ class LabSimulation:
         predict_latency_s: float = 0.0,
         learner: OnlineLearner | None = None,
         on_submit: Callable[[str, Engine, list[float], float], None] | None = None,
+        regret: RegretProbe | None = None,
     ) -> None:
         self.requests = requests
         self.profile = profile
@@ -146,6 +148,7 @@ class LabSimulation:
         # called with (request id, its pod's engine, its feature row, now) just before a
         # request reaches its engine (bench/bench_prediction_bound.py observes the truth)
         self.on_submit = on_submit
+        self.regret = regret  # forks the candidates of sampled decisions (bench/lab/regret.py)
         self.records = [
             RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in requests
         ]
@@ -212,6 +215,8 @@ class LabSimulation:
                 ai += 1
                 if progress is not None and (ai % report_every == 0 or ai == n):
                     progress(ai)
+        if self.regret is not None:
+            self.regret.finish()
         return records
 
     # --- the collector ------------------------------------------------------------------
@@ -376,12 +381,21 @@ class LabSimulation:
         assert pod is not None and i is not None
         if self.on_submit is not None:
             self.on_submit(p.rid, pod.engine, p.prep.rows.rows[i], now)
+        regret = self.regret
+        if regret is not None and regret.wants(req.index):
+            cands = [self._pod_by_name[c.name] for c in p.prep.rows.candidates]
+            regret.on_decision(
+                req.index, p.rid, p.tokens, req.output_tokens,
+                [(c.index, c.driver) for c in cands], pod.index, now,
+            )  # fmt: skip
         try:
             pod.engine.submit(p.rid, p.tokens, req.output_tokens, now)
         except ValueError as e:  # the pod answers 400 (prompt too long): no retry
             self.view.on_finish(p.rid)
             rec.status, rec.error = FAILED, str(e)
             return
+        if regret is not None:
+            regret.on_submit(pod.index, p.rid, p.tokens, req.output_tokens, now)
         routing.on_accepted(self.index, p.prep, i)
         row = p.prep.rows.rows[i]
         learner = self.learner
