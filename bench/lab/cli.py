@@ -40,7 +40,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="Mooncake .jsonl or Azure .csv trace")
     p.add_argument("--format", choices=("mooncake", "azure"), help="override the suffix guess")
     p.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
-    p.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    p.add_argument("--profile", default="h100-llama3-8b",
+                   help="simulator hardware profile, or a mixed pool with counts summing to "
+                   "--pods (h100-llama3-8b:4,a100-llama3-8b:4)")  # fmt: skip
     p.add_argument("--vllm-args", metavar="ARGS",
                    help='the pods\' `vllm serve` flags, e.g. "--max-num-seqs=256 '
                    '--no-enable-prefix-caching" (default: the profile\'s preset)')  # fmt: skip

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.simulator.profiles import Profile
-from services.simulator.vllm_args import resolve_named
+from services.simulator.profiles import Profile, parse_pool
+from services.simulator.vllm_args import Resolved, resolve_named
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_MAX_TRAIN_CYCLES = 60
@@ -29,7 +29,8 @@ class LabConfig:
     trace: str
     policy: str = "headroom"  # a profile name in the scheduling config
     pods: int = 8
-    profile: str = "h100-llama3-8b"  # simulator hardware profile
+    # simulator hardware profile, or a mixed pool "h100-llama3-8b:4,a100-llama3-8b:4"
+    profile: str = "h100-llama3-8b"
     # the pods' `vllm serve` flags (services/simulator/vllm_args.py); None: the profile's preset
     vllm_args: str | None = None
     vllm_version: str | None = None  # None: services.simulator.vllm_args.DEFAULT_VLLM_VERSION
@@ -63,8 +64,19 @@ class LabConfig:
     regret_samples: int | None = None
 
     def engine_profile(self) -> Profile:
-        """The pods' engine: the hardware profile with the vLLM flags applied."""
-        return resolve_named(self.profile, self.vllm_args, self.vllm_version).profile
+        """The pods' engine: the hardware profile with the vLLM flags applied (the first
+        pod's in a mixed pool)."""
+        return self.resolved_pool()[0].profile
+
+    def resolved_pool(self) -> list[Resolved]:
+        """Each pod's engine (``profile`` may name a mixed pool: ``name:count,...``), the
+        same vLLM flags applied to every class."""
+        names = parse_pool(self.profile, self.pods)
+        by_name = {n: resolve_named(n, self.vllm_args, self.vllm_version) for n in set(names)}
+        return [by_name[n] for n in names]
+
+    def pod_profiles(self) -> list[Profile]:
+        return [r.profile for r in self.resolved_pool()]
 
     def __post_init__(self) -> None:
         if self.pods < 1:

@@ -19,7 +19,6 @@ from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
 from services.gateway.settings import GatewaySettings
 from services.predictor.settings import PredictorSettings
-from services.simulator.vllm_args import resolve_named
 from services.trainer.settings import TrainerSettings
 
 
@@ -68,8 +67,8 @@ def run_lab(
         raise ValueError(
             f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
         )
-    resolved = resolve_named(config.profile, config.vllm_args, config.vllm_version)
-    profile = resolved.profile
+    pool = config.resolved_pool()
+    engines = list(dict.fromkeys(r.describe() for r in pool))
     gateway = GatewaySettings()
     sched = scheduling.scheduler(config.policy)
     learner = None
@@ -92,7 +91,7 @@ def run_lab(
     probe = RegretProbe(len(trace), n_regret, config.seed) if n_regret > 0 else None
     sim = LabSimulation(
         trace.requests,
-        profile=profile,
+        profile=[r.profile for r in pool],
         pods=config.pods,
         seed=config.seed,
         scheduling=scheduling,
@@ -126,7 +125,7 @@ def run_lab(
         "pods": config.pods,
         "profile": config.profile,
         "vllm_args": config.vllm_args,
-        "engine": resolved.describe(),
+        "engine": engines[0] if len(engines) == 1 else engines,
         "rate_scale": config.rate_scale,
         "seed": config.seed,
         "limit": config.limit,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench.lab.learning import OnlineLearner
@@ -92,7 +92,7 @@ class LabSimulation:
         self,
         requests: list[TraceRequest],
         *,
-        profile: Profile,
+        profile: Profile | Sequence[Profile],
         pods: int,
         seed: int,
         scheduling: SchedulingConfig,
@@ -114,10 +114,14 @@ class LabSimulation:
         regret: RegretProbe | None = None,
     ) -> None:
         self.requests = requests
-        self.profile = profile
+        # one profile for every pod, or one per pod (a mixed pool)
+        self.pod_profiles = [profile] * pods if isinstance(profile, Profile) else list(profile)
+        if len(self.pod_profiles) != pods:
+            raise ValueError(f"{len(self.pod_profiles)} profiles for {pods} pods")
+        self.profile = self.pod_profiles[0]
         self.pods = [
-            SimPod(i, f"pod-{i}", f"sim://pod-{i}", VirtualPod(Engine(profile, seed + i)))
-            for i in range(pods)
+            SimPod(i, f"pod-{i}", f"sim://pod-{i}", VirtualPod(Engine(prof, seed + i)))
+            for i, prof in enumerate(self.pod_profiles)
         ]
         self._pod_by_name = {p.name: p for p in self.pods}
         self.scheduling = scheduling
@@ -221,11 +225,13 @@ class LabSimulation:
 
     # --- the collector ------------------------------------------------------------------
     def _scrape(self, now: float) -> None:
-        prof, model = self.profile, self.model
-        recs = [
-            pod_record(p.engine.stats(), prof, name=p.name, url=p.url, model=model, scraped_at=now)
-            for p in self.pods
-        ]
+        profs, model = self.pod_profiles, self.model
+        recs = []
+        for p in self.pods:
+            stats = p.engine.stats()
+            rec = pod_record(stats, profs[p.index], name=p.name, url=p.url, model=model,
+                             scraped_at=now)  # fmt: skip
+            recs.append(rec)
         self.view.apply_snapshot(PodSnapshot(pool=POOL, ts=now, pods=recs))
         self.index.sync(recs)
         self.scrapes += 1
