@@ -19,6 +19,7 @@ from bench.lab.config import (
     DEFAULT_PREDICT_LATENCY_MS,
     LabConfig,
 )
+from bench.lab.regret import DEFAULT_REGRET_SAMPLES, REQUESTS_PER_SAMPLE
 from bench.lab.run import run_lab
 
 
@@ -40,7 +41,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", help="Mooncake .jsonl or Azure .csv trace")
     p.add_argument("--format", choices=("mooncake", "azure"), help="override the suffix guess")
     p.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
-    p.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    p.add_argument("--profile", default="h100-llama3-8b",
+                   help="simulator hardware profile, or a mixed pool with counts summing to "
+                   "--pods (h100-llama3-8b:4,a100-llama3-8b:4)")  # fmt: skip
     p.add_argument("--vllm-args", metavar="ARGS",
                    help='the pods\' `vllm serve` flags, e.g. "--max-num-seqs=256 '
                    '--no-enable-prefix-caching" (default: the profile\'s preset)')  # fmt: skip
@@ -83,6 +86,10 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="which models answer (default: HEADROOM_PREDICTOR_OBJECTIVE)")  # fmt: skip
     p.add_argument("--trainer-set", type=_key_value, action="append", default=[],
                    metavar="KEY=VALUE", help="override a trainer setting (e.g. rounds=100)")  # fmt: skip
+    p.add_argument("--regret-samples", type=int, metavar="N",
+                   help="decisions whose regret is measured by replaying them on every "
+                   f"candidate pod (0: off; default: one per {REQUESTS_PER_SAMPLE} requests, "
+                   f"at most {DEFAULT_REGRET_SAMPLES})")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -120,6 +127,7 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         mape_after=args.mape_after,
         trainer_overrides=overrides,
         predictor_objective=args.predictor_objective,
+        regret_samples=args.regret_samples,
     )
 
 
