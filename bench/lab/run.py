@@ -73,7 +73,7 @@ def run_lab(
     sched = scheduling.scheduler(config.policy)
     learner = None
     interval = None
-    if sched.needs_predictions:
+    if sched.predicts:
         trainer = trainer_settings(config)
         interval = config.train_interval_s or auto_train_interval(
             trainer, trace.duration_s, config.max_train_cycles

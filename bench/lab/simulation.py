@@ -329,7 +329,7 @@ class LabSimulation:
         )  # fmt: skip
         p = _Pending(req, rec, tokens, prep, f"r{req.index}", waiter=waiter)
         learner = self.learner
-        if prep.scheduler.needs_predictions and learner is not None:
+        if learner is not None and prep.scheduler.reads_predictions(prep.request):
             served = learner.predict(prep.rows.rows)
             if served is None:
                 p.reason = REASON_NO_MODEL

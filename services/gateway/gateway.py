@@ -67,7 +67,7 @@ class RoutedPod:
 @dataclass(frozen=True, slots=True)
 class RoutingDecision:
     ranked: list[RoutedPod]  # best first
-    path: str  # predicted | fallback | heuristic
+    path: str  # what ranked the pods: predicted | cost-model | heuristic | fallback
     reason: str | None  # fallback reason
     model_version: str | None
     input_tokens: int
@@ -512,7 +512,7 @@ class Gateway:
 
         preds: list[Prediction] | None = None
         reason = version = None
-        if sched.needs_predictions:
+        if sched.reads_predictions(prep.request):  # only when a plugin reads them
             assert self.predictor is not None, "gateway not started"
             timeout_ms = self.settings.predict_timeout_ms
             if sched.predict_budget_ms is not None:

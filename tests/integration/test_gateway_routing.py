@@ -61,7 +61,7 @@ async def test_samples_carry_the_exact_feature_row_and_prefix_affinity(isolated)
         assert s1.features == build_row(n, 0.0, load0)
         assert s1.input_tokens == n == out1["usage"]["prompt_tokens"]
         assert (s1.pod, s1.pool, s1.model, s1.streaming) == ("pod-0", "p1", MODEL, False)
-        assert s1.output_tokens == 4 and s1.routing == "fallback" and s1.model_version is None
+        assert s1.output_tokens == 4 and s1.routing == "cost-model" and s1.model_version is None
         assert 0 < s1.ttft_ms <= s1.e2e_ms and s1.tpot_ms is not None and s1.tpot_ms > 0
         assert s1.predicted_ttft_ms is None
 
@@ -81,7 +81,8 @@ async def test_samples_carry_the_exact_feature_row_and_prefix_affinity(isolated)
 
 
 async def test_in_flight_requests_show_up_in_the_next_rows(isolated):
-    async with gateway_stack(isolated, n_pods=1, predict_timeout_ms=PATIENT_MS) as st:
+    async with gateway_stack(isolated, n_pods=1, predict_timeout_ms=PATIENT_MS,
+                             profile="llmd-predicted") as st:  # asks for every request
         await st.snapshot(loads={"pod-0": {}})
         slow = {"model": MODEL, "prompt": synth_text(64, 3), "max_tokens": 2000, "stream": True}
         first = asyncio.create_task(st.stream(CMPL, slow))
@@ -105,7 +106,8 @@ async def _not_ready(rows):
 
 
 async def test_fallback_reasons(isolated):
-    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS,
+                             profile="llmd-predicted") as st:  # fmt: skip
         await st.snapshot(loads=LOADS)
         body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
 
@@ -188,3 +190,32 @@ async def test_predicted_routing_picks_the_lowest_prediction(isolated, tmp_path)
         assert got == pytest.approx(expected / 2, rel=1e-6)
         body = orjson.dumps(s1.to_dict())
         assert b"predicted" in body
+
+
+async def test_headroom_asks_the_predictors_only_when_a_plugin_reads_them(isolated):
+    """The default profile ranks by its cost model: a plain request is never sent to the
+    predictors and says ``cost-model``; only a sheddable request with an SLO header (the
+    latency-slo-admitter reads the predictions then) makes the call, and it still says
+    ``cost-model`` because the cost model ranked the pods."""
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+        await st.snapshot(loads=LOADS)
+
+        async def answer(rows):
+            return PredictReply(status="ok", model_version="v3", ttft_ms=[50.0] * len(rows),
+                                tpot_ms=[5.0] * len(rows), replica="r1").encode()  # fmt: skip
+
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+        async with predictor(st, answer) as seen:
+            for headers in ({}, {"x-slo-ttft-ms": "5000"}, {"x-headroom-priority": "-1"}):
+                status, h, _ = await st.post(CMPL, body, headers)
+                assert status == 200 and h["x-headroom-routing"] == "cost-model", h
+                assert "x-headroom-model-version" not in h
+            assert seen == []
+            sheddable = {"x-slo-ttft-ms": "5000", "x-headroom-priority": "-1"}
+            status, h, _ = await st.post(CMPL, body, sheddable)
+            assert status == 200 and h["x-headroom-routing"] == "cost-model", h
+            assert h["x-headroom-model-version"] == "v3"  # asked, read by the admitter
+            assert len(seen) == 1
+        m = await st.metrics()
+        assert metric(m, "headroom_gateway_predict_seconds_count") == 1
+        assert metric(m, "headroom_gateway_routing_total", path="cost-model", reason="ok") == 4

@@ -51,7 +51,7 @@ def test_prepare_and_decide_match_the_manual_chain(profile):
         MODEL, 100, hashes, 500.0, None, config.objective(MODEL).priority, 50, True, profile
     )
     preds = [Prediction(100.0 * (i + 1), 10.0) for i in range(len(cands))]
-    preds = preds if prep.scheduler.needs_predictions else None
+    preds = preds if prep.scheduler.reads_predictions(prep.request) else None
     got = routing.decide(prep, preds, now=10.5, rng=random.Random(1))
     want = config.scheduler(profile).schedule(
         prep.request, rows, preds, now=10.5, rng=random.Random(1)

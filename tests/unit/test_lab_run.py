@@ -73,12 +73,14 @@ def test_flow_control_queues_in_the_lab_as_in_the_gateway(mooncake):
         r.pop("wall_seconds")
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     assert a["completed"] == 80 and sum(a["flow"]["released"].values()) == 80
+    assert a["routing"] == {"cost-model": 80}  # the cost model ranked; nobody asked a model
+    assert a["prediction"]["predicted_requests"] == 0
     assert a["dispatch_ms"]["p90"] > 500.0  # waited in the gateway's queue
     assert run_lab(cfg(mooncake, policy="gie-default"))["flow"] is None
 
 
 def test_learning_policy_trains_and_predicts(mooncake):
-    r = run_lab(cfg(mooncake, policy="headroom", mape_after=30,
+    r = run_lab(cfg(mooncake, policy="llmd-predicted", mape_after=30,
                     trainer_overrides={**FAST_TRAINER, "objective": "both"}))  # fmt: skip
     p = r["prediction"]
     assert p["samples"] == 80 and p["model_versions"] >= 1 and p["refits"] >= 1

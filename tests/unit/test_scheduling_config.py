@@ -107,8 +107,8 @@ def test_good_config():
     assert (scorer.type, w, picker.type) == ("queue-scorer", 2.0, "max-score-picker")
     b = cfg.scheduler("b")
     assert [f.threshold for f in b.filters] == [0.99, 0.80]
-    assert b.needs_predictions and b.predict_budget_ms == 400.0
-    assert not cfg.scheduler("a").needs_predictions
+    assert b.predicts and b.predict_budget_ms == 400.0
+    assert not cfg.scheduler("a").predicts
     assert cfg.objective("batch-model").priority == -1
     assert cfg.objective("other").priority == 0
 
@@ -244,7 +244,7 @@ def test_shipped_profiles():
     }  # fmt: skip
     assert llmd.producer.params["sloBufferFactor"] == 1.0
     assert llmd.predict_budget_ms == 400.0
-    assert cfg.scheduler("headroom").needs_predictions
+    assert cfg.scheduler("headroom").predicts
     head = cfg.scheduler("headroom")
     assert [type(p).TYPE for p in head.plugins] == [
         "predicted-latency-producer", "latency-slo-admitter", "latency-cost-scorer",

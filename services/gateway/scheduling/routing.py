@@ -5,7 +5,8 @@ routing lab (bench/lab), so both route a request exactly the same way.
    build the candidates' feature rows (:func:`build_candidate_rows`) and the
    :class:`SchedulingRequest`;
 2. the shell obtains predictions for ``prepared.rows.rows`` when
-   ``prepared.scheduler.needs_predictions`` (the gateway over NATS, the lab in process);
+   ``prepared.scheduler.reads_predictions(prepared.request)`` (the gateway over NATS, the
+   lab in process);
 3. :func:`decide` — run the profile (:meth:`Scheduler.schedule`);
 4. :func:`on_dispatch` when the request is sent to a ranked pod (in-flight accounting with
    the pod's uncached prompt tokens) and :func:`on_accepted` once the pod took it (the prefix
