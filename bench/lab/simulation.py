@@ -326,6 +326,7 @@ class LabSimulation:
             streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
             slo_tpot_ms=self.slo_tpot_ms, priority=self.priority, cost=self.view.cost,
             hashes=hashes, queued_s=waiter.queued_s() if waiter is not None else 0.0,
+            gateway_queued=self.flow.queued if self.flow is not None else 0,
         )  # fmt: skip
         p = _Pending(req, rec, tokens, prep, f"r{req.index}", waiter=waiter)
         learner = self.learner

@@ -507,6 +507,7 @@ class Gateway:
             streaming=req.stream, slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms,
             priority=obj.priority, cost=self.view.cost, hashes=hashes,
             queued_s=waiter.queued_s() if waiter is not None else 0.0,
+            gateway_queued=self._queued(profile),
         )  # fmt: skip
         sched, cr = prep.scheduler, prep.rows
 
@@ -556,6 +557,11 @@ class Gateway:
             ranked, decision.path, decision.fallback_reason, version if preds else None,
             len(tokens), prep, profile, obj.slo_ttft_ms, obj.slo_tpot_ms, decision.notes,
         )  # fmt: skip
+
+    def _queued(self, profile: str) -> int:
+        """Requests waiting in ``profile``'s flow-control queue (0 without flow control)."""
+        flow = self.flows.get(profile)
+        return flow.queued if flow is not None else 0
 
     def _no_candidate_error(self, model: str, now: float) -> GatewayError:
         retry = {"Retry-After": str(self.settings.retry_after_s)}

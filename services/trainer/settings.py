@@ -56,6 +56,12 @@ class TrainerSettings(CommonSettings):
         description="Label transform: log fits log(1 + ms), so relative errors weigh alike at "
         "every latency (llm-d fits raw ms: none)",
     )
+    feature_set: Literal["v1", "v2"] = Field(
+        "v2",
+        description="Feature columns the models read: v1 = llm-d's eleven, v2 = those plus "
+        "the gateway's own estimates (backlog, cost-model prefill, protected decodes, decode "
+        "batch, queue; shared/features.py)",
+    )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
     )
@@ -116,6 +122,7 @@ class TrainerSettings(CommonSettings):
             margin=self.promotion_margin,
             min_samples=self.min_samples,
             transform=self.target_transform,
+            features=self.feature_set,
         )
 
     def limits(self) -> Limits:

@@ -81,8 +81,9 @@ async def test_samples_carry_the_exact_feature_row_and_prefix_affinity(isolated)
 
 
 async def test_in_flight_requests_show_up_in_the_next_rows(isolated):
-    async with gateway_stack(isolated, n_pods=1, predict_timeout_ms=PATIENT_MS,
-                             profile="llmd-predicted") as st:  # asks for every request
+    async with gateway_stack(
+        isolated, n_pods=1, predict_timeout_ms=PATIENT_MS, profile="llmd-predicted"
+    ) as st:  # asks for every request
         await st.snapshot(loads={"pod-0": {}})
         slow = {"model": MODEL, "prompt": synth_text(64, 3), "max_tokens": 2000, "stream": True}
         first = asyncio.create_task(st.stream(CMPL, slow))

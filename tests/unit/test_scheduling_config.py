@@ -252,7 +252,15 @@ def test_shipped_profiles():
     ]  # fmt: skip
     f = cfg.flow("headroom")
     assert (f.enabled, f.max_backlog_s, f.order, f.route_to) == (True, 0.5, "shortest", "any")
-    assert not any(cfg.flow(p).enabled for p in cfg.profiles if p != "headroom")
+    learned = cfg.scheduler("headroom-learned")
+    assert [type(p).TYPE for p in learned.plugins] == [
+        "predicted-latency-producer", "latency-slo-admitter", "latency-cost-scorer",
+        "max-score-picker",
+    ]  # fmt: skip
+    assert learned.scorers[0][0].params["latency"] == "predicted"
+    assert cfg.flow("headroom-learned") == f
+    with_flow = {p for p in cfg.profiles if cfg.flow(p).enabled}
+    assert with_flow == {"headroom", "headroom-learned"}
 
 
 def test_shipped_file_writes_out_every_parameter_of_every_plugin_it_declares():
