@@ -58,6 +58,10 @@ class LabConfig:
     mape_after: int = 2000  # report MAPE on requests routed after this many samples
     trainer_overrides: dict[str, object] = field(default_factory=dict)  # TrainerSettings fields
     predictor_objective: str | None = None  # None: PredictorSettings().objective
+    # a workload shift: this trace's requests follow the first trace's (issue 15, drift)
+    then_trace: str | None = None
+    then_rate_scale: float | None = None  # None: rate_scale
+    then_limit: int | None = None
 
     def engine_profile(self) -> Profile:
         """The pods' engine: the hardware profile with the vLLM flags applied."""

@@ -122,7 +122,9 @@ async def test_fallback_reasons(isolated):
             status, h, _ = await st.post(CMPL, body)
         assert status == 200 and h["x-headroom-routing"] == "fallback"
         assert h["x-headroom-fallback-reason"] == "no_model"
-        assert len(seen) == 1 and len(seen[0]) == 2 and all(len(r) == len(FEATURES) for r in seen[0])
+        assert (
+            len(seen) == 1 and len(seen[0]) == 2 and all(len(r) == len(FEATURES) for r in seen[0])
+        )
 
         release = asyncio.Event()
 
