@@ -24,9 +24,9 @@ so long or hopeless prompts are steered to pods where little would be ruined.
 
 from __future__ import annotations
 
-from services.gateway.scheduling.cycle import CycleState, PodState
+from services.gateway.scheduling.cycle import CycleState, PodState, SchedulingRequest
 from services.gateway.scheduling.params import Param
-from services.gateway.scheduling.plugin import Scorer
+from services.gateway.scheduling.plugin import RANKED_COST_MODEL, Scorer
 
 _EPS = 1e-12
 
@@ -34,6 +34,7 @@ _EPS = 1e-12
 class LatencyCostScorer(Scorer):
     TYPE = "latency-cost-scorer"
     DOC = "Scores pods by own TTFT plus the prefill delay inflicted on requests decoding there."
+    RANKS_BY = RANKED_COST_MODEL
     PARAMS = (
         Param("damageWeight", float, 0.05, "Weight of the delay inflicted on each protected "
               "decoding request (seconds of its time per second of own TTFT)", lo=0.0,
@@ -54,6 +55,9 @@ class LatencyCostScorer(Scorer):
         self.predicted: bool = params["latency"] == "predicted"
         self.sacrifice: bool = params["sacrificeHopeless"]
         self.hopeless_own: float = params["hopelessLatencyWeight"]
+
+    def reads_predictions(self, request: SchedulingRequest) -> bool:
+        return self.predicted
 
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
