@@ -53,12 +53,13 @@ def run_lab(
     scheduling: SchedulingConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_submit: Callable | None = None,
+    on_decision: Callable | None = None,
     records_out: list | None = None,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
     ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
-    simulation's hook (see :class:`LabSimulation`) and ``records_out``, when given, receives
+    simulation's hook (see :class:`LabSimulation`), as is ``on_decision``, and ``records_out``, when given, receives
     the per-request records."""
     started = time.perf_counter()
     trace = trace if trace is not None else load_lab_trace(config)
@@ -106,6 +107,7 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        on_decision=on_decision,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
