@@ -29,6 +29,9 @@ from services.gateway.scheduling.params import Param
 from services.gateway.scheduling.plugin import Scorer
 
 _EPS = 1e-12
+_ALPHA = 0.01  # EWMA step of the typical sizes (damageAdapt)
+_PRIOR_TPOT_S = 0.03  # typical TPOT until predictions arrive (an H100-class decode step)
+_MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
 
 
 class LatencyCostScorer(Scorer):
@@ -46,6 +49,11 @@ class LatencyCostScorer(Scorer):
         Param("hopelessLatencyWeight", float, 0.01, "Weight of a hopeless request's own TTFT "
               "against the harm it does (higher spreads hopeless requests, bounding their "
               "latency)", lo=0.0, hi=100.0),
+        Param("damageAdapt", bool, False, "Learn the damage weight online instead of "
+              "damageWeight: damageKappa x typical own prefill / typical decode time, both "
+              "measured from the requests scheduled"),
+        Param("damageKappa", float, 5.0, "With damageAdapt: relative worth of a decode's "
+              "time against own TTFT, each relative to its typical size", lo=0.0, hi=1000.0),
     )  # fmt: skip
 
     def __init__(self, name, params) -> None:
@@ -54,6 +62,32 @@ class LatencyCostScorer(Scorer):
         self.predicted: bool = params["latency"] == "predicted"
         self.sacrifice: bool = params["sacrificeHopeless"]
         self.hopeless_own: float = params["hopelessLatencyWeight"]
+        self.adapt: bool = params["damageAdapt"]
+        self.kappa: float = params["damageKappa"]
+        # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
+        self.typical_service_s: float | None = None  # the request's best prefill estimate
+        self.typical_tokens: float | None = None  # its decode budget (max_tokens)
+        self.typical_tpot_s: float = _PRIOR_TPOT_S  # the best predicted TPOT over the pods
+
+    def damage_weight(self) -> float:
+        """The weight of each protected decode's delay: damageWeight, or with damageAdapt
+        damageKappa x typical prefill / typical decode time (clamped to a sane range)."""
+        if not self.adapt or self.typical_service_s is None or not self.typical_tokens:
+            return self.w
+        decode_s = self.typical_tokens * self.typical_tpot_s
+        return min(_MAX_W, max(_MIN_W, self.kappa * self.typical_service_s / decode_s))
+
+    def _learn(self, cycle: CycleState, pods: list[PodState]) -> None:
+        svc = min(p.service_s for p in pods)
+        tok = float(cycle.request.max_tokens)
+        if self.typical_service_s is None or self.typical_tokens is None:
+            self.typical_service_s, self.typical_tokens = svc, tok
+        else:
+            self.typical_service_s += _ALPHA * (svc - self.typical_service_s)
+            self.typical_tokens += _ALPHA * (tok - self.typical_tokens)
+        tpots = [p.pred_tpot_ms for p in pods if p.pred_tpot_ms is not None and p.pred_tpot_ms > 0]
+        if cycle.has_predictions and tpots:
+            self.typical_tpot_s += _ALPHA * (min(tpots) / 1000.0 - self.typical_tpot_s)
 
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
@@ -63,6 +97,9 @@ class LatencyCostScorer(Scorer):
     def score(self, cycle: CycleState, pods: list[PodState]) -> list[float]:
         if not pods:
             return []
+        if self.adapt:
+            self._learn(cycle, pods)
+        w = self.damage_weight()
         own = [self.own_seconds(cycle, p) for p in pods]
         req = cycle.request
         slo = req.slo_ttft_ms
@@ -74,7 +111,7 @@ class LatencyCostScorer(Scorer):
             ]
         else:
             costs = [
-                o + self.w * p.candidate.protected_decodes * p.service_s
+                o + w * p.candidate.protected_decodes * p.service_s
                 for p, o in zip(pods, own, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
