@@ -147,6 +147,27 @@ def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
     assert run("headroom", pods, req(ttft=1500, queued_s=0.7)).chosen == 1
 
 
+def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
+    # pod 1 harms nobody but has 20 s queued: a sink. Unbounded, the hopeless request goes
+    # there anyway; with hopelessMaxDelay 3 only pods within 3 x 1.4 s of own TTFT qualify
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    pods = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
+            P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
+
+    def chosen(max_delay):
+        sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, hopelessMaxDelay=max_delay)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        d = sched.schedule(req(ttft=300), rows_of(pods), None, now=0.0, rng=random.Random(0))
+        assert d.notes["latency-cost-scorer"] == "hopeless"
+        return d.ranked
+
+    assert chosen(0.0)[0] == 1
+    assert chosen(3.0) == [2, 0, 1]  # the sink ranks last
+    assert chosen(1.0) == [0, 2, 1]  # only the fastest pod qualifies
+    assert run("headroom", pods, req(ttft=300)).chosen == 2  # the shipped bound is 3
+
+
 def test_slo_headers_beat_prefix_affinity_in_llmd_only_after_affinity():
     # pod 0 holds the whole prefix but decodes too slowly for the TPOT SLO
     pods = [P(prefix=1.0, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]

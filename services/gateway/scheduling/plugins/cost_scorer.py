@@ -16,6 +16,10 @@ it goes, so with ``sacrificeHopeless`` it goes where it harms the fewest protect
 
     cost_i   = protected_i x service_i + hopelessLatencyWeight x own_i
 
+among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the others rank
+after them by own TTFT), so a sacrificed request waits at most that multiple of what the
+fastest pod would give it and no pod becomes a sink of ever longer waits.
+
 Scores are ``(max cost - cost) / (max cost - min cost)`` (1 for the cheapest, all 1 when
 equal). The picture behind it: one long prefill (a 100k-token prompt takes ~15 s on an H100
 and every step of it is ~1 s of attention) ruins TPOT for every request decoding beside it,
@@ -49,6 +53,9 @@ class LatencyCostScorer(Scorer):
         Param("hopelessLatencyWeight", float, 0.01, "Weight of a hopeless request's own TTFT "
               "against the harm it does (higher spreads hopeless requests, bounding their "
               "latency)", lo=0.0, hi=100.0),
+        Param("hopelessMaxDelay", float, 0.0, "A hopeless request goes only to pods where its "
+              "own TTFT is at most this multiple of its least own TTFT over the pods (bounds "
+              "the sacrificed requests' wait; 0: no bound)", lo=0.0, hi=1000.0),
         Param("damageAdapt", bool, False, "Learn the damage weight online instead of "
               "damageWeight: damageKappa x typical own prefill / typical decode time, both "
               "measured from the requests scheduled"),
@@ -62,6 +69,7 @@ class LatencyCostScorer(Scorer):
         self.predicted: bool = params["latency"] == "predicted"
         self.sacrifice: bool = params["sacrificeHopeless"]
         self.hopeless_own: float = params["hopelessLatencyWeight"]
+        self.max_delay: float = params["hopelessMaxDelay"]
         self.adapt: bool = params["damageAdapt"]
         self.kappa: float = params["damageKappa"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
@@ -109,6 +117,14 @@ class LatencyCostScorer(Scorer):
                 p.candidate.protected_decodes * p.service_s + self.hopeless_own * o
                 for p, o in zip(pods, own, strict=True)
             ]
+            if self.max_delay > 0:
+                # never more than max_delay x the best own TTFT: pods beyond rank after every
+                # pod within, by own TTFT (no pod becomes a sink of ever longer waits)
+                bound = self.max_delay * min(own)
+                top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
+                costs = [
+                    c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)
+                ]
         else:
             costs = [
                 o + w * p.candidate.protected_decodes * p.service_s
