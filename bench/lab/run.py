@@ -98,12 +98,13 @@ def run_lab(
     scheduling: SchedulingConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_submit: Callable | None = None,
+    on_decision: Callable | None = None,
     records_out: list | None = None,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
     ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
-    simulation's hook (see :class:`LabSimulation`) and ``records_out``, when given, receives
+    simulation's hook (see :class:`LabSimulation`), as is ``on_decision``, and ``records_out``, when given, receives
     the per-request records."""
     started = time.perf_counter()
     shift_index = None
@@ -157,6 +158,7 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        on_decision=on_decision,
         regret=probe,
     )
     total = len(trace)

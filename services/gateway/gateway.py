@@ -526,6 +526,10 @@ class Gateway:
                 self._model_version = version
                 self.metrics.set_model_version(version)
 
+            # requests of the same burst were dispatched during the call: their loads now
+            later = self.clock()
+            prep = routing.refresh(prep, self.view.candidates(req.model, later))
+            cr = prep.rows
         with self.tel.span("gateway.schedule", attributes={"headroom.profile": profile}):
             t0 = time.perf_counter()
             decision = routing.decide(
