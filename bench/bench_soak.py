@@ -211,7 +211,8 @@ async def run_soak(args, log_path: Path) -> dict:
                 el = time.monotonic() - t0
                 point = {"t_s": round(el, 1), "rss_mb": rss_mb(gw), "open_fds": open_fds(gw),
                          "completed": load.completed, "in_flight": load.in_flight,
-                         "errors": sum(load.errors.values())}  # fmt: skip
+                         "errors": sum(load.errors.values()),
+                         **await asyncio.to_thread(_gateway_gauges, stack.gateway_url)}  # fmt: skip
                 series.append(point)
                 if warm is None and el >= warm_s:
                     warm = point
@@ -221,7 +222,8 @@ async def run_soak(args, log_path: Path) -> dict:
                     load._error(f"{stack.failed_child().name}_exited")
                     break
             end_load = {"rss_mb": rss_mb(gw), "open_fds": open_fds(gw),
-                        "completed": load.completed, "cpu_s": cpu_s(gw)}  # fmt: skip
+                        "completed": load.completed, "cpu_s": cpu_s(gw),
+                        **await asyncio.to_thread(_gateway_gauges, stack.gateway_url)}  # fmt: skip
             _, pending = await asyncio.wait(workers, timeout=timeout_s + 10)
             for t in pending:
                 t.cancel()
@@ -256,6 +258,13 @@ async def run_soak(args, log_path: Path) -> dict:
                        "after_clients_closed": after["rss_mb"]},
             "rss_growth_warm_to_end": round(grown / warm["rss_mb"], 4),
             "rss_growth_bytes_per_request": round(grown * 1024 * 1024 / reqs, 1),
+            # the prefix index fills towards its bound (~140 B per block): growth, not a leak
+            "prefix_index_blocks": {"warm": warm.get("prefix_blocks"),
+                                    "end": end_load.get("prefix_blocks"),
+                                    "capacity": end_load.get("prefix_capacity")},
+            "rss_growth_beyond_prefix_index_mb": round(
+                grown - PREFIX_BLOCK_BYTES * ((end_load.get("prefix_blocks") or 0)
+                                              - (warm.get("prefix_blocks") or 0)) / 2**20, 2),
             "open_fds": {"start": start["open_fds"], "end": after["open_fds"],
                          "at_end_of_load": end_load["open_fds"]},
             "gateway_cpu_s": round(end_load["cpu_s"] - start["cpu_s"], 1),
@@ -280,6 +289,28 @@ async def _debug(session: aiohttp.ClientSession, url: str, method: str, what: st
     async with session.request(method, f"{url}/debug/tracemalloc{sep}{what}",
                                timeout=aiohttp.ClientTimeout(total=120)) as r:  # fmt: skip
         return await r.json()
+
+
+PREFIX_BLOCK_BYTES = 141  # one block of the prefix index (an OrderedDict entry and its int)
+
+
+def _gateway_gauges(url: str) -> dict[str, float]:
+    """The prefix index's size and bound and the flow-control queue, from /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if fam.name == "headroom_gateway_prefix_index_blocks":
+                key = "prefix_blocks" if s.labels.get("kind") == "held" else "prefix_capacity"
+                out[key] = s.value
+            elif fam.name == "headroom_gateway_queued_requests":
+                out["queued"] = out.get("queued", 0) + s.value
+    return out
 
 
 def _gateway_counters(url: str) -> dict[str, float]:
