@@ -324,7 +324,7 @@ def _gateway_counters(url: str) -> dict[str, float]:
               "headroom_gateway_requests", "headroom_gateway_queue_rejected",
               "headroom_gateway_queue_wait_seconds", "headroom_gateway_client_disconnects",
               "headroom_gateway_requests_shed", "headroom_gateway_limit_rejections",
-              "headroom_gateway_samples_failed")  # fmt: skip
+              "headroom_gateway_samples_failed", "headroom_gateway_gc_pause_seconds")  # fmt: skip
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
