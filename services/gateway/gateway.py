@@ -472,8 +472,11 @@ class Gateway:
                 flow.cancel(w)
                 self.metrics.queued.labels(profile).set(flow.queued)
                 raise
+            finally:  # the queue may keep a released entry a while: not its future
+                w.payload = None
             if life is not None:
                 life.stage = ROUTING
+        w.payload = None
         self.metrics.queue_wait.labels(w.reason or "room").observe(w.queued_s())
         return w
 
