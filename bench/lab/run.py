@@ -6,19 +6,20 @@ config and seed give the same report except ``wall_seconds``.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
+from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
 from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
 from services.gateway.settings import GatewaySettings
 from services.predictor.settings import PredictorSettings
-from services.simulator.vllm_args import resolve_named
 from services.trainer.settings import TrainerSettings
 
 
@@ -31,6 +32,16 @@ def load_lab_trace(config: LabConfig) -> Trace:
         offset=config.offset,
         seed=config.seed,
     )
+
+
+def workload_spec(trace: str | Path) -> dict | None:
+    """A generated workload's spec (``<trace>.spec.json`` beside it, bench/lab/workloads.py):
+    its family, parameters and seed, for the report; None for other traces."""
+    path = Path(trace).with_suffix(".spec.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def auto_train_interval(trainer: TrainerSettings, duration_s: float, max_cycles: int) -> float:
@@ -67,8 +78,8 @@ def run_lab(
         raise ValueError(
             f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
         )
-    resolved = resolve_named(config.profile, config.vllm_args, config.vllm_version)
-    profile = resolved.profile
+    pool = config.resolved_pool()
+    engines = list(dict.fromkeys(r.describe() for r in pool))
     gateway = GatewaySettings()
     sched = scheduling.scheduler(config.policy)
     learner = None
@@ -85,9 +96,13 @@ def run_lab(
             publish_delay_s=config.publish_delay_s,
             predictor_objective=objective,
         )
+    n_regret = config.regret_samples
+    if n_regret is None:
+        n_regret = default_regret_samples(len(trace))
+    probe = RegretProbe(len(trace), n_regret, config.seed) if n_regret > 0 else None
     sim = LabSimulation(
         trace.requests,
-        profile=profile,
+        profile=[r.profile for r in pool],
         pods=config.pods,
         seed=config.seed,
         scheduling=scheduling,
@@ -106,6 +121,7 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        regret=probe,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
@@ -116,11 +132,12 @@ def run_lab(
     report = {
         "policy": config.policy,
         "trace": Path(config.trace).name,
+        "workload_spec": workload_spec(config.trace),
         "trace_format": trace.format,
         "pods": config.pods,
         "profile": config.profile,
         "vllm_args": config.vllm_args,
-        "engine": resolved.describe(),
+        "engine": engines[0] if len(engines) == 1 else engines,
         "rate_scale": config.rate_scale,
         "seed": config.seed,
         "limit": config.limit,
@@ -132,6 +149,7 @@ def run_lab(
         "prefix_cache_hit_rate": sim.prefix_cache_hit_rate(),
         "preemptions": sim.preemptions(),
         "prediction": prediction,
+        "regret_ms": probe.summary() if probe is not None else regret_summary(None),
         "dispatch_ms": latency_stats(
             [(r.dispatched_s - r.arrival_s) * 1000.0 for r in records if r.dispatched_s is not None]
         ),

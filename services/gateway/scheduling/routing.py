@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.gateway.scheduling.config import SchedulingConfig
-from services.gateway.scheduling.cost_model import PrefillCostModel
+from services.gateway.scheduling.cost_model import CostModel
 from services.gateway.scheduling.cycle import Decision, SchedulingRequest
 from services.gateway.scheduling.flow import Waiter
 from services.gateway.scheduling.pod_view import Candidate, PodView
@@ -63,7 +63,7 @@ def prepare(
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     priority: int | None = None,
-    cost: PrefillCostModel | None = None,
+    cost: CostModel | None = None,
     hashes: Sequence[int] | None = None,
     queued_s: float = 0.0,
 ) -> PreparedRequest:
@@ -89,7 +89,7 @@ def prepare(
 
 
 def best_service_s(
-    cost: PrefillCostModel,
+    cost: CostModel,
     index: PrefixIndex,
     candidates: Sequence[Candidate],
     tokens: Sequence[int],
@@ -99,12 +99,18 @@ def best_service_s(
     included): the key of the flow-control queue's shortest-first order."""
     n = len(tokens)
     scores = index.scores((c.name for c in candidates), hashes)
-    return min((cost.estimate((1.0 - s) * n, s * n) for s in scores), default=0.0)
+    return min(
+        (
+            cost.for_class(c.hardware_class).estimate((1.0 - s) * n, s * n)
+            for c, s in zip(candidates, scores, strict=True)
+        ),
+        default=0.0,
+    )
 
 
 def waiter(
     config: SchedulingConfig,
-    cost: PrefillCostModel,
+    cost: CostModel,
     index: PrefixIndex,
     candidates: Sequence[Candidate],
     tokens: Sequence[int],
