@@ -145,6 +145,9 @@ class PodRecord(Message):
     # why the record is not ready, machine-readable: the collector's scrape failure reason
     # (services/collector/scraper.py: timeout, connect, http_error, ...) or "pending"
     error_reason: str | None = None
+    # the pod's hardware class (e.g. nvidia-h100-80gb), from its Kubernetes label or its
+    # headroom_hardware_info metric; None: unknown (one class for the whole pool)
+    hardware_class: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -256,7 +259,7 @@ class TrainingSample(Message):
     ts: float
     ttft_ms: float | None = None  # first streamed token (None if not measured)
     tpot_ms: float | None = None  # (e2e - ttft) / (output chunks - 1), None if < 2 chunks
-    routing: str = "fallback"  # predicted | fallback
+    routing: str = "fallback"  # what ranked the pods: predicted | cost-model | heuristic | fallback
     model_version: str | None = None  # model that made the prediction, if any
     predicted_ttft_ms: float | None = None
     predicted_tpot_ms: float | None = None

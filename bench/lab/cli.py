@@ -19,6 +19,7 @@ from bench.lab.config import (
     DEFAULT_PREDICT_LATENCY_MS,
     LabConfig,
 )
+from bench.lab.regret import DEFAULT_REGRET_SAMPLES, REQUESTS_PER_SAMPLE
 from bench.lab.run import run_lab
 
 
@@ -40,7 +41,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", help="Mooncake .jsonl or Azure .csv trace")
     p.add_argument("--format", choices=("mooncake", "azure"), help="override the suffix guess")
     p.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
-    p.add_argument("--profile", default="h100-llama3-8b", help="simulator hardware profile")
+    p.add_argument("--profile", default="h100-llama3-8b",
+                   help="simulator hardware profile, or a mixed pool with counts summing to "
+                   "--pods (h100-llama3-8b:4,a100-llama3-8b:4)")  # fmt: skip
     p.add_argument("--vllm-args", metavar="ARGS",
                    help='the pods\' `vllm serve` flags, e.g. "--max-num-seqs=256 '
                    '--no-enable-prefix-caching" (default: the profile\'s preset)')  # fmt: skip
@@ -83,6 +86,10 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="which models answer (default: HEADROOM_PREDICTOR_OBJECTIVE)")  # fmt: skip
     p.add_argument("--trainer-set", type=_key_value, action="append", default=[],
                    metavar="KEY=VALUE", help="override a trainer setting (e.g. rounds=100)")  # fmt: skip
+    p.add_argument("--regret-samples", type=int, metavar="N",
+                   help="decisions whose regret is measured by replaying them on every "
+                   f"candidate pod (0: off; default: one per {REQUESTS_PER_SAMPLE} requests, "
+                   f"at most {DEFAULT_REGRET_SAMPLES})")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -120,6 +127,10 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         mape_after=args.mape_after,
         trainer_overrides=overrides,
         predictor_objective=args.predictor_objective,
+        regret_samples=args.regret_samples,
+        then_trace=getattr(args, "then_trace", None),
+        then_rate_scale=getattr(args, "then_rate_scale", None),
+        then_limit=getattr(args, "then_limit", None),
     )
 
 
@@ -135,6 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="headroom", help="scheduling profile (default headroom)")
     p.add_argument("--rate-scale", type=_positive, default=1.0,
                    help="divide inter-arrival times by this (2 = twice the rate)")  # fmt: skip
+    p.add_argument(
+        "--then-trace",
+        help="a second trace whose requests follow the first's "
+        "(a workload shift; prediction.mape_timeline shows the error around it)",
+    )
+    p.add_argument(
+        "--then-rate-scale",
+        type=_positive,
+        help="rate scale of the second trace (default: --rate-scale)",
+    )
+    p.add_argument("--then-limit", type=int, help="at most this many second-trace requests")
     p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
     return p
 
@@ -225,6 +247,10 @@ def run(argv: list[str]) -> int:
         return run_compare_cli(argv[1:])
     if argv and argv[0] == "workloads":
         return run_workloads_cli(argv[1:])
+    if argv and argv[0] == "plot-timeline":
+        from bench.lab.timeline import run_plot_cli
+
+        return run_plot_cli(argv[1:])
     args = build_parser().parse_args(argv)
     if not args.trace:
         print("headroom lab: --trace is required", file=sys.stderr)

@@ -9,22 +9,30 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
+from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
+from bench.lab.timeline import mape_timeline
 from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
 from services.gateway.settings import GatewaySettings
 from services.predictor.settings import PredictorSettings
-from services.simulator.vllm_args import resolve_named
 from services.trainer.settings import TrainerSettings
 
 
 def load_lab_trace(config: LabConfig) -> Trace:
-    return read_trace(
+    return load_lab_traces(config)[0]
+
+
+def load_lab_traces(config: LabConfig) -> tuple[Trace, int | None]:
+    """The run's trace and, with ``then_trace``, the index of the second trace's first
+    request (where the workload shifts)."""
+    trace = read_trace(
         config.trace,
         format=config.trace_format,
         rate_scale=config.rate_scale,
@@ -32,6 +40,32 @@ def load_lab_trace(config: LabConfig) -> Trace:
         offset=config.offset,
         seed=config.seed,
     )
+    if config.then_trace:
+        then = read_trace(
+            config.then_trace,
+            rate_scale=config.then_rate_scale or config.rate_scale,
+            limit=config.then_limit,
+            seed=config.seed,
+        )
+        base = max((r.index for r in trace.requests), default=-1) + 1
+        return concatenate(trace, then), base
+    return trace, None
+
+
+def concatenate(first: Trace, then: Trace) -> Trace:
+    """``then``'s requests after ``first``'s: arrivals shifted to start one mean gap after
+    the last of ``first``, indices after ``first``'s (distinct request ids and prompts)."""
+    reqs = first.requests
+    gap = first.duration_s / max(1, len(reqs) - 1) if len(reqs) > 1 else 0.0
+    start = first.duration_s + gap
+    base = max((r.index for r in reqs), default=-1) + 1
+    shifted = [
+        replace(r, index=base + r.index, arrival_s=start + r.arrival_s) for r in then.requests
+    ]
+    return Trace(
+        path=first.path, format=f"{first.format}+{then.format}", requests=reqs + shifted,
+        skipped=first.skipped + then.skipped,
+    )  # fmt: skip
 
 
 def workload_spec(trace: str | Path) -> dict | None:
@@ -64,27 +98,30 @@ def run_lab(
     scheduling: SchedulingConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_submit: Callable | None = None,
+    on_decision: Callable | None = None,
     records_out: list | None = None,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
     ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
-    simulation's hook (see :class:`LabSimulation`) and ``records_out``, when given, receives
+    simulation's hook (see :class:`LabSimulation`), as is ``on_decision``, and ``records_out``, when given, receives
     the per-request records."""
     started = time.perf_counter()
-    trace = trace if trace is not None else load_lab_trace(config)
+    shift_index = None
+    if trace is None:
+        trace, shift_index = load_lab_traces(config)
     scheduling = scheduling or load_config(config.profiles_path)
     if config.policy not in scheduling.profiles:
         raise ValueError(
             f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
         )
-    resolved = resolve_named(config.profile, config.vllm_args, config.vllm_version)
-    profile = resolved.profile
+    pool = config.resolved_pool()
+    engines = list(dict.fromkeys(r.describe() for r in pool))
     gateway = GatewaySettings()
     sched = scheduling.scheduler(config.policy)
     learner = None
     interval = None
-    if sched.needs_predictions:
+    if sched.predicts:
         trainer = trainer_settings(config)
         interval = config.train_interval_s or auto_train_interval(
             trainer, trace.duration_s, config.max_train_cycles
@@ -96,9 +133,13 @@ def run_lab(
             publish_delay_s=config.publish_delay_s,
             predictor_objective=objective,
         )
+    n_regret = config.regret_samples
+    if n_regret is None:
+        n_regret = default_regret_samples(len(trace))
+    probe = RegretProbe(len(trace), n_regret, config.seed) if n_regret > 0 else None
     sim = LabSimulation(
         trace.requests,
-        profile=profile,
+        profile=[r.profile for r in pool],
         pods=config.pods,
         seed=config.seed,
         scheduling=scheduling,
@@ -117,22 +158,25 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        on_decision=on_decision,
+        regret=probe,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
     if records_out is not None:
         records_out.extend(records)
     summary = summarize(records, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
-    prediction = _prediction(records, learner, config, interval, summary["routing"])
+    prediction = _prediction(records, learner, config, interval, summary["routing"], shift_index)
     report = {
         "policy": config.policy,
         "trace": Path(config.trace).name,
         "workload_spec": workload_spec(config.trace),
+        "then_trace": Path(config.then_trace).name if config.then_trace else None,
         "trace_format": trace.format,
         "pods": config.pods,
         "profile": config.profile,
         "vllm_args": config.vllm_args,
-        "engine": resolved.describe(),
+        "engine": engines[0] if len(engines) == 1 else engines,
         "rate_scale": config.rate_scale,
         "seed": config.seed,
         "limit": config.limit,
@@ -144,6 +188,7 @@ def run_lab(
         "prefix_cache_hit_rate": sim.prefix_cache_hit_rate(),
         "preemptions": sim.preemptions(),
         "prediction": prediction,
+        "regret_ms": probe.summary() if probe is not None else regret_summary(None),
         "dispatch_ms": latency_stats(
             [(r.dispatched_s - r.arrival_s) * 1000.0 for r in records if r.dispatched_s is not None]
         ),
@@ -153,11 +198,15 @@ def run_lab(
     return report
 
 
-def _prediction(records, learner, config: LabConfig, interval, paths: dict) -> dict:
+def _prediction(
+    records, learner, config: LabConfig, interval, paths: dict, shift_index: int | None = None
+) -> dict:
     keys = ("ttft_mape", "tpot_mape", "samples", "model_versions", "fallback_decisions")
     if learner is None:
         return dict.fromkeys(keys)
     out = prediction_summary(records, after_samples=config.mape_after)
+    out["mape_timeline"] = mape_timeline(records, shift_index=shift_index)
+    out["shifts_detected"] = learner.shifts
     return {
         "ttft_mape": out.pop("ttft_mape"),
         "tpot_mape": out.pop("tpot_mape"),
