@@ -8,8 +8,8 @@ window at the start of the second half; ``--full-traces`` runs the whole halves)
 reads which workload it is on.
 
 Each generated workload has 500-1,000 requests (the real-trace windows 600 and 1,000), so an
-8-pod lab run takes seconds to about half a minute of wall time and a suite of 5 policies x
-3 loads finishes in about 20 minutes with --jobs 2 on the 2-core dev box. ``smoke`` is a tiny suite for tests.
+8-pod lab run takes seconds to about a minute of wall time and a suite of 5 policies x 3
+loads finishes in about half an hour with --jobs 2 on the shared 2-core dev box. ``smoke`` is a tiny suite for tests.
 """
 
 from __future__ import annotations
