@@ -343,10 +343,11 @@ class LabSimulation:
             streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
             slo_tpot_ms=self.slo_tpot_ms, priority=self.priority, cost=self.view.cost,
             hashes=hashes, queued_s=waiter.queued_s() if waiter is not None else 0.0,
+            gateway_queued=self.flow.queued if self.flow is not None else 0,
         )  # fmt: skip
         p = _Pending(req, rec, tokens, prep, f"r{req.index}", waiter=waiter)
         learner = self.learner
-        if prep.scheduler.needs_predictions and learner is not None:
+        if learner is not None and prep.scheduler.reads_predictions(prep.request):
             served = learner.predict(prep.rows.rows)
             if served is None:
                 p.reason = REASON_NO_MODEL
@@ -361,7 +362,7 @@ class LabSimulation:
         self._decide(p, now)
 
     def _decide(self, p: _Pending, now: float) -> None:
-        if p.prep.scheduler.needs_predictions and self.predict_latency_s > 0:
+        if self.predict_latency_s > 0 and p.prep.scheduler.reads_predictions(p.prep.request):
             # after the prediction call: the loads as they are now (routing.refresh)
             p.prep = routing.refresh(p.prep, self.view.candidates(self.model, now))
         prep, rec, req, preds = p.prep, p.record, p.request, p.preds

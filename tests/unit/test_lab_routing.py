@@ -45,13 +45,13 @@ def test_prepare_and_decide_match_the_manual_chain(profile):
         max_tokens=50, streaming=True, slo_ttft_ms=500.0,
     )  # fmt: skip
     hashes = index.hashes(tokens)
-    rows = build_candidate_rows(cands, len(tokens), hashes, index)
+    rows = build_candidate_rows(cands, len(tokens), hashes, index, max_tokens=50)
     assert prep.rows == rows and list(prep.hashes) == hashes and prep.profile == profile
     assert prep.request == SchedulingRequest(
         MODEL, 100, hashes, 500.0, None, config.objective(MODEL).priority, 50, True, profile
     )
     preds = [Prediction(100.0 * (i + 1), 10.0) for i in range(len(cands))]
-    preds = preds if prep.scheduler.needs_predictions else None
+    preds = preds if prep.scheduler.reads_predictions(prep.request) else None
     got = routing.decide(prep, preds, now=10.5, rng=random.Random(1))
     want = config.scheduler(profile).schedule(
         prep.request, rows, preds, now=10.5, rng=random.Random(1)

@@ -16,6 +16,7 @@ from services.gateway.scheduling.plugins.filters import PrefixCacheAffinityFilte
 from services.gateway.scheduling.plugins.pickers import MaxScorePicker
 from services.gateway.scheduling.plugins.producer import PredictedLatencyProducer
 from services.gateway.scheduling.plugins.scorers import KvCacheUtilizationScorer, QueueScorer
+from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.scheduler import PluginTimer, Scheduler
 from tests.unit.scheduling_helpers import P, predictions_of, req, rows_of
 
@@ -25,7 +26,7 @@ BUSY = {"running": 3, "in_flight": 3, "kv": 0.5}
 
 def run(profile, pods, request=None, seed=0, reason=None, **kw):
     sched = CFG.scheduler(profile, **kw)
-    preds = predictions_of(pods) if sched.needs_predictions else None
+    preds = predictions_of(pods) if sched.predicts else None
     return sched.schedule(request or req(), rows_of(pods), preds, now=0.0,
                           rng=random.Random(seed), fallback_reason=reason)  # fmt: skip
 
@@ -33,8 +34,10 @@ def run(profile, pods, request=None, seed=0, reason=None, **kw):
 @pytest.mark.parametrize(
     ("profile", "pods", "path", "reason"),
     [
-        ("headroom", [P(pred=(1, 1))], "predicted", None),
-        ("headroom", [P()], "fallback", "timeout"),
+        # headroom ranks by the cost model: predictions present or not, it never says predicted
+        ("headroom", [P(pred=(1, 1))], "cost-model", None),
+        ("headroom", [P()], "cost-model", None),
+        ("llmd-predicted", [P(pred=(1, 1))], "predicted", None),
         ("llmd-predicted", [P()], "fallback", "timeout"),
         ("gie-default", [P()], "heuristic", None),
         ("round-robin", [P(pred=(1, 1))], "heuristic", None),
@@ -47,7 +50,7 @@ def test_paths(profile, pods, path, reason):
 
 
 def test_fallback_reason_defaults_to_no_predictions():
-    assert run("headroom", [P()]).fallback_reason == "no_predictions"
+    assert run("llmd-predicted", [P()]).fallback_reason == "no_predictions"
 
 
 def test_predicted_values_of_the_chosen_pod():
@@ -283,3 +286,60 @@ def test_every_profile_ranks_a_permutation_or_sheds(pods, profile, ttft, tpot, p
         assert d.scores[d.chosen] is not None
     else:
         assert prio < 0 and d.ranked == [] and d.reject_reason == "slo_unattainable"
+
+
+def _reversed_predictions(pods):
+    """Two prediction sets that rank the pods in opposite orders."""
+    n = len(pods)
+    up = [Prediction(100.0 * (i + 1), 10.0 * (i + 1)) for i in range(n)]
+    return up, list(reversed(up))
+
+
+REQUESTS = {
+    "plain": req(),
+    "slo": req(ttft=5000, tpot=500),
+    "sheddable": req(ttft=5000, tpot=500, priority=-1),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(CFG.profiles))
+@pytest.mark.parametrize("kind", sorted(REQUESTS))
+def test_the_label_says_predicted_exactly_when_predictions_ranked(profile, kind):
+    """x-headroom-routing comes from Decision.path: it must say ``predicted`` when, and only
+    when, the learned predictions decided the ranking. Feed every shipped profile the same
+    pods with two prediction sets that rank them in opposite orders: where the ranking does
+    not move with the predictions, the label must not claim them; where it says predicted,
+    the predictions must have moved it; and the predictors are asked only when a plugin
+    reads them."""
+    sched = CFG.scheduler(profile)
+    request = REQUESTS[kind]
+    pods = [P(waiting=w, kv=0.3, backlog=b, **{"running": 2, "in_flight": 2})
+            for w, b in ((0, 0.4), (1, 0.2), (2, 0.1), (0, 0.3))]  # fmt: skip
+    up, down = _reversed_predictions(pods)
+
+    def once(preds):  # a fresh scheduler each time (round-robin keeps a counter)
+        return CFG.scheduler(profile).schedule(
+            request, rows_of(pods), preds, now=0, rng=random.Random(3)
+        )
+
+    a, b = once(up), once(down)
+    moved = a.ranked != b.ranked
+    assert a.path == b.path
+    assert (a.path == "predicted") == moved, (profile, kind, a.path, a.ranked, b.ranked)
+    if a.path == "predicted":
+        assert sched.reads_predictions(request)
+    if not sched.reads_predictions(request):
+        assert a.path != "predicted"
+        none = once(None)
+        assert none.path == a.path and none.ranked == a.ranked  # predictions not read at all
+
+
+def test_headroom_asks_the_predictors_only_for_sheddable_requests_with_slos():
+    sched = CFG.scheduler("headroom")
+    assert sched.predicts
+    assert not sched.reads_predictions(req())
+    assert not sched.reads_predictions(req(ttft=500))
+    assert not sched.reads_predictions(req(priority=-1))
+    assert sched.reads_predictions(req(ttft=500, priority=-1))
+    assert CFG.scheduler("llmd-predicted").reads_predictions(req())
+    assert not CFG.scheduler("gie-default").reads_predictions(req())

@@ -28,9 +28,9 @@ so long or hopeless prompts are steered to pods where little would be ruined.
 
 from __future__ import annotations
 
-from services.gateway.scheduling.cycle import CycleState, PodState
+from services.gateway.scheduling.cycle import CycleState, PodState, SchedulingRequest
 from services.gateway.scheduling.params import Param
-from services.gateway.scheduling.plugin import Scorer
+from services.gateway.scheduling.plugin import RANKED_COST_MODEL, Scorer
 
 _EPS = 1e-12
 _ALPHA = 0.01  # EWMA step of the typical sizes (damageAdapt)
@@ -41,6 +41,7 @@ _MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
 class LatencyCostScorer(Scorer):
     TYPE = "latency-cost-scorer"
     DOC = "Scores pods by own TTFT plus the prefill delay inflicted on requests decoding there."
+    RANKS_BY = RANKED_COST_MODEL
     PARAMS = (
         Param("damageWeight", float, 0.05, "Weight of the delay inflicted on each protected "
               "decoding request (seconds of its time per second of own TTFT)", lo=0.0,
@@ -96,6 +97,9 @@ class LatencyCostScorer(Scorer):
         tpots = [p.pred_tpot_ms for p in pods if p.pred_tpot_ms is not None and p.pred_tpot_ms > 0]
         if cycle.has_predictions and tpots:
             self.typical_tpot_s += _ALPHA * (min(tpots) / 1000.0 - self.typical_tpot_s)
+
+    def reads_predictions(self, request: SchedulingRequest) -> bool:
+        return self.predicted
 
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
