@@ -193,6 +193,9 @@ def run_lab(
             [(r.dispatched_s - r.arrival_s) * 1000.0 for r in records if r.dispatched_s is not None]
         ),
         "flow": None if sim.flow is None else {"released": dict(sim.flow.released)},
+        # requests routed as hopeless (past their TTFT SLO wherever they went), and their share
+        "sacrificed": sim.sacrificed,
+        "sacrificed_share": round(sim.sacrificed / total, 5) if total else None,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
     return report

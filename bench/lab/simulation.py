@@ -165,6 +165,7 @@ class LabSimulation:
         self._heap: list[tuple[float, int, int]] = []  # (step end, seq, pod index)
         self._seq = 0
         self.scrapes = 0
+        self.sacrificed = 0  # decisions the scorer made for requests past their TTFT SLO
         # flow control, as the gateway runs it for a profile that enables it
         flow = scheduling.flow(policy)
         self.flow = FlowQueue(flow) if flow.enabled else None
@@ -369,6 +370,8 @@ class LabSimulation:
         rec.path = decision.path
         if self.on_decision is not None:
             self.on_decision(p, decision, now)
+        if "hopeless" in decision.notes.values():
+            self.sacrificed += 1  # latency-cost-scorer placed it as a lost cause
         if not decision.admitted:
             rec.status, rec.error = REJECTED, decision.reject_reason
             if p.waiter is not None:

@@ -79,6 +79,19 @@ def test_flow_control_queues_in_the_lab_as_in_the_gateway(mooncake):
     assert run_lab(cfg(mooncake, policy="gie-default"))["flow"] is None
 
 
+def test_sacrificed_requests_are_counted(mooncake):
+    """The report says how many requests headroom routed as lost causes (past their TTFT
+    SLO): none without SLO headers, some on an overloaded pod with a tight SLO, none for a
+    profile without the cost scorer."""
+    kw = {"policy": "headroom", "pods": 1, "rate_scale": 20.0}
+    assert run_lab(cfg(mooncake, **kw))["sacrificed"] == 0
+    tight = run_lab(cfg(mooncake, slo_ttft_ms=300.0, **kw))
+    assert 0 < tight["sacrificed"] <= 80
+    assert tight["sacrificed_share"] == pytest.approx(tight["sacrificed"] / 80, abs=1e-5)
+    gie = run_lab(cfg(mooncake, policy="gie-default", pods=1, rate_scale=20.0, slo_ttft_ms=300.0))
+    assert gie["sacrificed"] == 0
+
+
 def test_learning_policy_trains_and_predicts(mooncake):
     r = run_lab(cfg(mooncake, policy="llmd-predicted", mape_after=30,
                     trainer_overrides={**FAST_TRAINER, "objective": "both"}))  # fmt: skip
