@@ -145,6 +145,9 @@ class PodRecord(Message):
     # why the record is not ready, machine-readable: the collector's scrape failure reason
     # (services/collector/scraper.py: timeout, connect, http_error, ...) or "pending"
     error_reason: str | None = None
+    # the pod's hardware class (e.g. nvidia-h100-80gb), from its Kubernetes label or its
+    # headroom_hardware_info metric; None: unknown (one class for the whole pool)
+    hardware_class: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,7 +24,9 @@ from services.gateway.scheduling.config import load_config
 
 def saturation_for(base: LabConfig) -> Saturation:
     native = load_lab_trace(replace(base, rate_scale=1.0))
-    return estimate_saturation(native.requests, base.engine_profile(), base.pods, seed=base.seed)
+    profiles = base.pod_profiles()
+    pool = profiles[0] if len(set(profiles)) == 1 else profiles
+    return estimate_saturation(native.requests, pool, base.pods, seed=base.seed)
 
 
 def run_compare(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.simulator.profiles import Profile
-from services.simulator.vllm_args import resolve_named
+from services.simulator.profiles import Profile, parse_pool
+from services.simulator.vllm_args import Resolved, resolve_named
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_MAX_TRAIN_CYCLES = 60
@@ -29,7 +29,8 @@ class LabConfig:
     trace: str
     policy: str = "headroom"  # a profile name in the scheduling config
     pods: int = 8
-    profile: str = "h100-llama3-8b"  # simulator hardware profile
+    # simulator hardware profile, or a mixed pool "h100-llama3-8b:4,a100-llama3-8b:4"
+    profile: str = "h100-llama3-8b"
     # the pods' `vllm serve` flags (services/simulator/vllm_args.py); None: the profile's preset
     vllm_args: str | None = None
     vllm_version: str | None = None  # None: services.simulator.vllm_args.DEFAULT_VLLM_VERSION
@@ -58,14 +59,28 @@ class LabConfig:
     mape_after: int = 2000  # report MAPE on requests routed after this many samples
     trainer_overrides: dict[str, object] = field(default_factory=dict)  # TrainerSettings fields
     predictor_objective: str | None = None  # None: PredictorSettings().objective
+    # decisions whose regret is measured by forking every candidate (bench/lab/regret.py)
+    # (None: bench.lab.regret.default_regret_samples of the trace's length; 0: off)
+    regret_samples: int | None = None
     # a workload shift: this trace's requests follow the first trace's (issue 15, drift)
     then_trace: str | None = None
     then_rate_scale: float | None = None  # None: rate_scale
     then_limit: int | None = None
 
     def engine_profile(self) -> Profile:
-        """The pods' engine: the hardware profile with the vLLM flags applied."""
-        return resolve_named(self.profile, self.vllm_args, self.vllm_version).profile
+        """The pods' engine: the hardware profile with the vLLM flags applied (the first
+        pod's in a mixed pool)."""
+        return self.resolved_pool()[0].profile
+
+    def resolved_pool(self) -> list[Resolved]:
+        """Each pod's engine (``profile`` may name a mixed pool: ``name:count,...``), the
+        same vLLM flags applied to every class."""
+        names = parse_pool(self.profile, self.pods)
+        by_name = {n: resolve_named(n, self.vllm_args, self.vllm_version) for n in set(names)}
+        return [by_name[n] for n in names]
+
+    def pod_profiles(self) -> list[Profile]:
+        return [r.profile for r in self.resolved_pool()]
 
     def __post_init__(self) -> None:
         if self.pods < 1:
@@ -79,6 +94,8 @@ class LabConfig:
                 raise ValueError(f"{name} must be >= 0")
         if not self.scrape_interval_s > 0:
             raise ValueError("scrape_interval_s must be > 0")
+        if self.regret_samples is not None and self.regret_samples < 0:
+            raise ValueError("regret_samples must be >= 0")
         if self.train_interval_s is not None and not self.train_interval_s > 0:
             raise ValueError("train_interval_s must be > 0")
         for name in ("slo_ttft_ms", "slo_tpot_ms"):

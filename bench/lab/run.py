@@ -6,6 +6,7 @@ config and seed give the same report except ``wall_seconds``.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
+from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
 from bench.lab.timeline import mape_timeline
@@ -20,7 +22,6 @@ from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
 from services.gateway.settings import GatewaySettings
 from services.predictor.settings import PredictorSettings
-from services.simulator.vllm_args import resolve_named
 from services.trainer.settings import TrainerSettings
 
 
@@ -67,6 +68,16 @@ def concatenate(first: Trace, then: Trace) -> Trace:
     )  # fmt: skip
 
 
+def workload_spec(trace: str | Path) -> dict | None:
+    """A generated workload's spec (``<trace>.spec.json`` beside it, bench/lab/workloads.py):
+    its family, parameters and seed, for the report; None for other traces."""
+    path = Path(trace).with_suffix(".spec.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def auto_train_interval(trainer: TrainerSettings, duration_s: float, max_cycles: int) -> float:
     """The trainer's ``interval_s``, stretched so a run holds at most ``max_cycles`` refit
     checks (each refit costs ~0.3-0.6 s of wall time; see docs/benchmarks.md)."""
@@ -87,12 +98,13 @@ def run_lab(
     scheduling: SchedulingConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_submit: Callable | None = None,
+    on_decision: Callable | None = None,
     records_out: list | None = None,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
     ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
-    simulation's hook (see :class:`LabSimulation`) and ``records_out``, when given, receives
+    simulation's hook (see :class:`LabSimulation`), as is ``on_decision``, and ``records_out``, when given, receives
     the per-request records."""
     started = time.perf_counter()
     shift_index = None
@@ -103,8 +115,8 @@ def run_lab(
         raise ValueError(
             f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
         )
-    resolved = resolve_named(config.profile, config.vllm_args, config.vllm_version)
-    profile = resolved.profile
+    pool = config.resolved_pool()
+    engines = list(dict.fromkeys(r.describe() for r in pool))
     gateway = GatewaySettings()
     sched = scheduling.scheduler(config.policy)
     learner = None
@@ -121,9 +133,13 @@ def run_lab(
             publish_delay_s=config.publish_delay_s,
             predictor_objective=objective,
         )
+    n_regret = config.regret_samples
+    if n_regret is None:
+        n_regret = default_regret_samples(len(trace))
+    probe = RegretProbe(len(trace), n_regret, config.seed) if n_regret > 0 else None
     sim = LabSimulation(
         trace.requests,
-        profile=profile,
+        profile=[r.profile for r in pool],
         pods=config.pods,
         seed=config.seed,
         scheduling=scheduling,
@@ -142,6 +158,8 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        on_decision=on_decision,
+        regret=probe,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
@@ -152,12 +170,13 @@ def run_lab(
     report = {
         "policy": config.policy,
         "trace": Path(config.trace).name,
+        "workload_spec": workload_spec(config.trace),
         "then_trace": Path(config.then_trace).name if config.then_trace else None,
         "trace_format": trace.format,
         "pods": config.pods,
         "profile": config.profile,
         "vllm_args": config.vllm_args,
-        "engine": resolved.describe(),
+        "engine": engines[0] if len(engines) == 1 else engines,
         "rate_scale": config.rate_scale,
         "seed": config.seed,
         "limit": config.limit,
@@ -169,6 +188,7 @@ def run_lab(
         "prefix_cache_hit_rate": sim.prefix_cache_hit_rate(),
         "preemptions": sim.preemptions(),
         "prediction": prediction,
+        "regret_ms": probe.summary() if probe is not None else regret_summary(None),
         "dispatch_ms": latency_stats(
             [(r.dispatched_s - r.arrival_s) * 1000.0 for r in records if r.dispatched_s is not None]
         ),

@@ -82,18 +82,30 @@ def pod_saturation_rps(requests: Sequence[TraceRequest], profile: Profile, seed:
 
 def estimate_saturation(
     requests: Sequence[TraceRequest],
-    profile: Profile,
+    profile: Profile | Sequence[Profile],
     pods: int,
     *,
     sample: int = 256,
     seed: int = 0,
 ) -> Saturation:
-    """``requests`` at the trace's native rate (rate_scale 1)."""
+    """``requests`` at the trace's native rate (rate_scale 1). ``profile`` may give one
+    profile per pod (a mixed pool): the cluster's rate is then the sum of each pod's own
+    estimate, and ``pod_rps`` their mean."""
     if len(requests) < 2:
         raise ValueError("a saturation estimate needs at least 2 requests")
     span = requests[-1].arrival_s - requests[0].arrival_s
     if span <= 0:
         raise ValueError("the trace's requests all arrive at once")
     chosen = sample_requests(requests, sample)
-    pod_rps = pod_saturation_rps(chosen, profile, seed)
-    return Saturation(pod_rps, pod_rps * pods, (len(requests) - 1) / span, len(chosen))
+    trace_rps = (len(requests) - 1) / span
+    if isinstance(profile, Profile):
+        pod_rps = pod_saturation_rps(chosen, profile, seed)
+        return Saturation(pod_rps, pod_rps * pods, trace_rps, len(chosen))
+    if len(profile) != pods:
+        raise ValueError(f"{len(profile)} profiles for {pods} pods")
+    per_class: dict[Profile, float] = {}
+    for p in profile:
+        if p not in per_class:
+            per_class[p] = pod_saturation_rps(chosen, p, seed)
+    cluster = sum(per_class[p] for p in profile)
+    return Saturation(cluster / pods, cluster, trace_rps, len(chosen))

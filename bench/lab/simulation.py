@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench.lab.learning import OnlineLearner
+from bench.lab.regret import RegretProbe
 from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
 from bench.traces import TraceRequest
 from services.gateway.predictor_client import REASON_NO_MODEL
 from services.gateway.scheduling import routing
 from services.gateway.scheduling.config import SchedulingConfig
+from services.gateway.scheduling.cycle import Decision
 from services.gateway.scheduling.flow import FlowQueue, QueueFull, Waiter
 from services.gateway.scheduling.pod_view import PodView
 from services.gateway.scheduling.prediction import Prediction
@@ -91,7 +93,7 @@ class LabSimulation:
         self,
         requests: list[TraceRequest],
         *,
-        profile: Profile,
+        profile: Profile | Sequence[Profile],
         pods: int,
         seed: int,
         scheduling: SchedulingConfig,
@@ -110,12 +112,18 @@ class LabSimulation:
         predict_latency_s: float = 0.0,
         learner: OnlineLearner | None = None,
         on_submit: Callable[[str, Engine, list[float], float], None] | None = None,
+        on_decision: Callable[[_Pending, Decision, float], None] | None = None,
+        regret: RegretProbe | None = None,
     ) -> None:
         self.requests = requests
-        self.profile = profile
+        # one profile for every pod, or one per pod (a mixed pool)
+        self.pod_profiles = [profile] * pods if isinstance(profile, Profile) else list(profile)
+        if len(self.pod_profiles) != pods:
+            raise ValueError(f"{len(self.pod_profiles)} profiles for {pods} pods")
+        self.profile = self.pod_profiles[0]
         self.pods = [
-            SimPod(i, f"pod-{i}", f"sim://pod-{i}", VirtualPod(Engine(profile, seed + i)))
-            for i in range(pods)
+            SimPod(i, f"pod-{i}", f"sim://pod-{i}", VirtualPod(Engine(prof, seed + i)))
+            for i, prof in enumerate(self.pod_profiles)
         ]
         self._pod_by_name = {p.name: p for p in self.pods}
         self.scheduling = scheduling
@@ -146,6 +154,10 @@ class LabSimulation:
         # called with (request id, its pod's engine, its feature row, now) just before a
         # request reaches its engine (bench/bench_prediction_bound.py observes the truth)
         self.on_submit = on_submit
+        # called with (the pending request, its decision, now) after every scheduling cycle
+        # (bench/lab/diagnose.py logs the decisions)
+        self.on_decision = on_decision
+        self.regret = regret  # forks the candidates of sampled decisions (bench/lab/regret.py)
         self.records = [
             RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in requests
         ]
@@ -212,15 +224,19 @@ class LabSimulation:
                 ai += 1
                 if progress is not None and (ai % report_every == 0 or ai == n):
                     progress(ai)
+        if self.regret is not None:
+            self.regret.finish()
         return records
 
     # --- the collector ------------------------------------------------------------------
     def _scrape(self, now: float) -> None:
-        prof, model = self.profile, self.model
-        recs = [
-            pod_record(p.engine.stats(), prof, name=p.name, url=p.url, model=model, scraped_at=now)
-            for p in self.pods
-        ]
+        profs, model = self.pod_profiles, self.model
+        recs = []
+        for p in self.pods:
+            stats = p.engine.stats()
+            rec = pod_record(stats, profs[p.index], name=p.name, url=p.url, model=model,
+                             scraped_at=now)  # fmt: skip
+            recs.append(rec)
         self.view.apply_snapshot(PodSnapshot(pool=POOL, ts=now, pods=recs))
         self.index.sync(recs)
         self.scrapes += 1
@@ -345,9 +361,14 @@ class LabSimulation:
         self._decide(p, now)
 
     def _decide(self, p: _Pending, now: float) -> None:
+        if self.predict_latency_s > 0 and p.prep.scheduler.reads_predictions(p.prep.request):
+            # after the prediction call: the loads as they are now (routing.refresh)
+            p.prep = routing.refresh(p.prep, self.view.candidates(self.model, now))
         prep, rec, req, preds = p.prep, p.record, p.request, p.preds
         decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
         rec.path = decision.path
+        if self.on_decision is not None:
+            self.on_decision(p, decision, now)
         if not decision.admitted:
             rec.status, rec.error = REJECTED, decision.reject_reason
             if p.waiter is not None:
@@ -377,12 +398,21 @@ class LabSimulation:
         assert pod is not None and i is not None
         if self.on_submit is not None:
             self.on_submit(p.rid, pod.engine, p.prep.rows.rows[i], now)
+        regret = self.regret
+        if regret is not None and regret.wants(req.index):
+            cands = [self._pod_by_name[c.name] for c in p.prep.rows.candidates]
+            regret.on_decision(
+                req.index, p.rid, p.tokens, req.output_tokens,
+                [(c.index, c.driver) for c in cands], pod.index, now,
+            )  # fmt: skip
         try:
             pod.engine.submit(p.rid, p.tokens, req.output_tokens, now)
         except ValueError as e:  # the pod answers 400 (prompt too long): no retry
             self.view.on_finish(p.rid)
             rec.status, rec.error = FAILED, str(e)
             return
+        if regret is not None:
+            regret.on_submit(pod.index, p.rid, p.tokens, req.output_tokens, now)
         routing.on_accepted(self.index, p.prep, i)
         row = p.prep.rows.rows[i]
         learner = self.learner

@@ -318,6 +318,8 @@ class Gateway:
         self.metrics.pods.labels("not_ready").set(counts.not_ready)
         self.metrics.pods.labels("stale").set(counts.stale)
         self.metrics.pods.labels("missed").set(counts.missed)
+        self.metrics.prefix_index_blocks.labels("held").set(self.index.total_blocks())
+        self.metrics.prefix_index_blocks.labels("capacity").set(self.index.total_capacity())
 
     # --- request intake -----------------------------------------------------------------
     async def offloaded(self, fn: Callable[..., T], *args: Any) -> T:
@@ -470,8 +472,11 @@ class Gateway:
                 flow.cancel(w)
                 self.metrics.queued.labels(profile).set(flow.queued)
                 raise
+            finally:  # the queue may keep a released entry a while: not its future
+                w.payload = None
             if life is not None:
                 life.stage = ROUTING
+        w.payload = None
         self.metrics.queue_wait.labels(w.reason or "room").observe(w.queued_s())
         return w
 
@@ -526,6 +531,10 @@ class Gateway:
                 self._model_version = version
                 self.metrics.set_model_version(version)
 
+            # requests of the same burst were dispatched during the call: their loads now
+            later = self.clock()
+            prep = routing.refresh(prep, self.view.candidates(req.model, later))
+            cr = prep.rows
         with self.tel.span("gateway.schedule", attributes={"headroom.profile": profile}):
             t0 = time.perf_counter()
             decision = routing.decide(

@@ -63,6 +63,12 @@ class GatewayMetrics:
             "kept routable through missed scrapes)",
             ["state"], registry=r,
         )  # fmt: skip
+        self.prefix_index_blocks = Gauge(
+            "headroom_gateway_prefix_index_blocks",
+            "Prefix-index blocks held over every pod (held), and its bound (capacity: the sum "
+            "of the pods' LRU capacities; ~140 bytes per block)",
+            ["kind"], registry=r,
+        )  # fmt: skip
         self.snapshots = Counter("headroom_gateway_snapshots", "Pod snapshots applied", registry=r)
         self.snapshots_invalid = Counter(
             "headroom_gateway_snapshots_invalid", "Pod snapshot messages dropped, by reason",

@@ -145,6 +145,17 @@ class _Request:
         return self.hashes[:n_blocks]
 
 
+def _fork_request(r: _Request) -> _Request:
+    """A copy of ``r`` sharing its immutable prompt and output token lists."""
+    return _Request(
+        req_id=r.req_id, prompt=r.prompt, output=r.output, max_tokens=r.max_tokens,
+        extra_key=r.extra_key, arrival=r.arrival, ready_at=r.ready_at, hashes=list(r.hashes),
+        generated=r.generated, num_computed=r.num_computed,
+        num_cached_blocks=r.num_cached_blocks, blocks=list(r.blocks),
+        first_token_at=r.first_token_at, last_token_at=r.last_token_at,
+    )  # fmt: skip
+
+
 def _synth_output(prompt_hashes: Sequence[int], n_prompt: int, n: int) -> list[int]:
     seed = prompt_hashes[-1] if prompt_hashes else n_prompt
     return [hash((seed, n_prompt, i)) & 0x7FFFFFFF for i in range(n)]
@@ -165,6 +176,27 @@ class Engine:
         self._computed = self._discarded = 0
         self._last_end: float | None = None  # end of the last step that ran the model
 
+    def fork(self) -> Engine:
+        """An independent copy of the whole engine state (requests, KV blocks and prefix
+        cache, counters, the noise generator's state): stepping either never changes the
+        other, and both step identically given the same calls. Cheaper than ``deepcopy``:
+        prompts and output token lists, never mutated after submit, are shared; everything
+        mutable is copied (the routing lab forks pods to replay a decision on every
+        candidate, bench/lab/regret.py)."""
+        new = Engine.__new__(Engine)
+        new.profile = self.profile
+        new.pool = self.pool.fork()
+        new._rng = random.Random()
+        new._rng.setstate(self._rng.getstate())
+        copies = {rid: _fork_request(r) for rid, r in self._reqs.items()}
+        new._reqs = copies
+        new._waiting = deque(copies[r.req_id] for r in self._waiting)
+        new._running = [copies[r.req_id] for r in self._running]
+        for name in ("_queries", "_hits", "_prompt_tokens", "_gen_tokens", "_preemptions",
+                     "_success", "_aborted", "_steps", "_computed", "_discarded", "_last_end"):  # fmt: skip
+            setattr(new, name, getattr(self, name))
+        return new
+
     # ---- requests -------------------------------------------------------------------
 
     @property
@@ -180,11 +212,14 @@ class Engine:
         now: float,
         extra_key: int = 0,
         output_tokens: Sequence[int] | None = None,
+        prompt_hashes: Sequence[int] | None = None,
     ) -> None:
         """Queue a request arriving at ``now``. It becomes schedulable after the profile's
         per-request API overhead. ``output_tokens`` (optional, at least ``max_tokens``
         long) are the token ids it will generate; they matter only for prefix caching of
-        decoded blocks (e.g. a later chat turn that repeats this answer)."""
+        decoded blocks (e.g. a later chat turn that repeats this answer).
+        ``prompt_hashes``, when given, must be ``block_hashes(prompt_tokens, block_size,
+        extra_key)``: a caller submitting one prompt to many forked engines hashes it once."""
         if req_id in self._reqs:
             raise ValueError(f"duplicate request id {req_id!r}")
         if not prompt_tokens:
@@ -198,7 +233,9 @@ class Engine:
             )
         bs = self.profile.block_size
         prompt = list(prompt_tokens)
-        hashes = block_hashes(prompt, bs, extra_key)
+        hashes = (
+            block_hashes(prompt, bs, extra_key) if prompt_hashes is None else list(prompt_hashes)
+        )
         if output_tokens is None:
             output = _synth_output(hashes, len(prompt), max_tokens)
         else:

@@ -91,6 +91,16 @@ class BlockPool:
             self._hash[block] = block_hash
             self._cached[block_hash] = block
 
+    def fork(self) -> BlockPool:
+        """An independent copy (the routing lab's regret replays fork pods' engines)."""
+        new = BlockPool.__new__(BlockPool)
+        new.num_blocks = self.num_blocks
+        new._ref = list(self._ref)
+        new._hash = list(self._hash)
+        new._free = self._free.copy()
+        new._cached = dict(self._cached)
+        return new
+
     # ---- inspection (tests) ------------------------------------------------------------
 
     def free_order(self) -> list[int]:

@@ -7,7 +7,7 @@ It maps :class:`~services.simulator.engine.EngineStats` the way the pod server e
 - vLLM profiles: waiting, running, KV-cache usage and the lifetime prefix-cache hit rate
   (hits / queries, in tokens; 0 before any query);
 - every profile: the context length its ``/v1/models`` reports (``max_model_len``, read by
-  the collector's scraper);
+  the collector's scraper) and its hardware class (``headroom_hardware_info``);
 - JetStream profiles: the prefill backlog is ``waiting``, ``running`` is not exposed (0) and
   ``kv_usage`` is the decode slots' fullness (running / slots), as the collector reads a
   JetStream page without a KV gauge.
@@ -56,4 +56,5 @@ def pod_record(
         if profile.engine == "jetstream"
         else float(stats.num_gpu_blocks * stats.block_size),
         max_model_len=min(profile.max_model_len, profile.kv_capacity_tokens),
+        hardware_class=profile.hardware_class or None,
     )

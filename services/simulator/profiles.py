@@ -68,6 +68,10 @@ class Profile:
     # vLLM's defaults on this card for the OpenAI server (EngineArgs._set_default_args)
     vllm_max_num_batched_tokens: int = 2048
     vllm_max_num_seqs: int = 256
+    # the pod's hardware class: what the pod reports (headroom_hardware_info{class=...}) and
+    # the gateway keys its per-class cost model and the models' class feature on; named like
+    # GKE's cloud.google.com/gke-accelerator node label
+    hardware_class: str = ""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -97,6 +101,7 @@ PROFILES: dict[str, Profile] = {
         # `headroom sim calibrate` against REFERENCE section 3 (all points within 15%).
         Profile(
             name="h100-llama3-8b",
+            hardware_class="nvidia-h100-80gb",
             max_num_seqs=128,
             max_num_batched_tokens=8192,
             num_gpu_blocks=26_250,  # 420k tokens
@@ -120,23 +125,41 @@ PROFILES: dict[str, Profile] = {
             vllm_max_num_batched_tokens=8192,
             vllm_max_num_seqs=1024,
         ),
+        # One A100 80GB (SXM), same model and vLLM 0.11. No measured run: the card-bound
+        # terms come from REFERENCE section 3 (linear layers ~10 ms floor, ~0.066 ms per
+        # token; vLLM's A100 defaults 2048 tokens / 256 sequences) and the public spec ratios
+        # to the H100 SXM (HBM 2.04 vs 3.35 TB/s for the attention reads; dense BF16 312 vs
+        # 989 TFLOPS for prefill attention); the host-side terms (API overhead, per-sequence
+        # cost, roofline shape, idle wake-up) are the fitted H100 ones (same CPU-side code).
         Profile(
             name="a100-llama3-8b",
+            hardware_class="nvidia-a100-80gb",
             max_num_seqs=256,
             max_num_batched_tokens=2048,
-            num_gpu_blocks=24_000,
+            num_gpu_blocks=26_259,  # what the memory model below gives at utilisation 0.9
             weight_read_floor_s=0.010,
             per_token_s=0.000066,
-            attn_bandwidth_bps=1.4e12,
-            attn_compute_s=6.0e-9,
-            step_overhead_s=0.0010,
-            per_seq_s=0.000008,
-            api_overhead_s=0.022,
+            roofline_sharpness=2.0,
+            attn_bandwidth_bps=2.2e12 * 2.04 / 3.35,
+            attn_compute_s=1.3e-9 * 989 / 312,
+            step_overhead_s=0.0006,
+            per_seq_s=0.0000123,
+            api_overhead_s=0.0153,
+            api_jitter=0.22,
+            idle_wake_s=0.007,
+            # A100-SXM4-80GB (79.2 GiB visible, as the H100 80GB), the same weights; non-KV
+            # memory smaller than the H100's (a 2048-token step's activations, not 8192)
+            gpu_memory_bytes=85_040_352_460,
+            weights_bytes=16_060_522_496,
+            non_kv_bytes=5_405_000_000,
+            vllm_max_num_batched_tokens=2048,
+            vllm_max_num_seqs=256,
         ),
         # JetStream on a TPU v5e-8 slice: fixed decode slots, prompts up to 8k prefilled in one
         # step; /metrics use the jetstream_* names.
         Profile(
             name="tpu-v5e-llama3-8b",
+            hardware_class="tpu-v5-lite-podslice",
             engine="jetstream",
             max_num_seqs=96,
             max_num_batched_tokens=8192,
@@ -159,3 +182,26 @@ def get_profile(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown simulator profile {name!r}; known: {sorted(PROFILES)}") from None
+
+
+def parse_pool(spec: str, pods: int) -> list[str]:
+    """The profile name of each of ``pods`` pods from a pool spec: a plain profile name
+    (every pod) or ``name:count,name:count`` with the counts summing to ``pods`` (pods
+    numbered in the order given, e.g. ``h100-llama3-8b:4,a100-llama3-8b:4``)."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("empty simulator profile")
+    if len(parts) == 1 and ":" not in parts[0]:
+        get_profile(parts[0])
+        return [parts[0]] * pods
+    out: list[str] = []
+    for part in parts:
+        name, sep, count = part.partition(":")
+        name = name.strip()
+        if not sep or not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(f"expected PROFILE:COUNT in a mixed pool, got {part!r}")
+        get_profile(name)
+        out.extend([name] * int(count))
+    if len(out) != pods:
+        raise ValueError(f"the pool's counts sum to {len(out)}, not to the {pods} pods")
+    return out

@@ -22,6 +22,12 @@ class VirtualPod:
         self.step_end = INF  # when the step in progress ends (INF: none)
         self._out: StepOutcome | None = None
 
+    def fork(self) -> VirtualPod:
+        """An independent copy: the engine forked, the step in progress (if any) kept."""
+        new = VirtualPod(self.engine.fork())
+        new.step_end, new._out = self.step_end, self._out  # StepOutcome is immutable
+        return new
+
     @property
     def busy(self) -> bool:
         return self._out is not None

@@ -14,6 +14,7 @@ from services.gateway.scheduling.config import load_config
 from services.gateway.scheduling.cycle import SchedulingRequest
 from services.gateway.scheduling.plugins.filters import PrefixCacheAffinityFilter
 from services.gateway.scheduling.plugins.pickers import MaxScorePicker
+from services.gateway.scheduling.plugins.producer import PredictedLatencyProducer
 from services.gateway.scheduling.plugins.scorers import KvCacheUtilizationScorer, QueueScorer
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.scheduler import PluginTimer, Scheduler
@@ -95,14 +96,43 @@ def test_shedding_decision():
 
 
 def test_headroom_weighs_own_latency_against_harm_to_decoding_requests():
-    # pod 0 has a second of prefill queued; pod 1 none but 40 protected decodes to slow down
-    pods = [P(backlog=1.0, service=0.5, **BUSY), P(backlog=0.0, service=0.5, protected=60)]
-    assert run("headroom", pods).chosen == 0  # 1.5 s < 0.5 s + 0.05 x 60 x 0.5 s
-    pods[1].protected = 10
-    assert run("headroom", pods).chosen == 1  # 1.5 s > 0.5 s + 0.05 x 10 x 0.5 s
+    # pod 0 has a second of prefill queued; pod 1 none but protected decodes to slow down.
+    # headroom learns the damage weight: kappa 2 x typical prefill 0.5 s / typical decode
+    # time (100 tokens x the 30 ms TPOT prior) = 1/3 on a fresh scheduler
+    pods = [P(backlog=1.0, service=0.5, **BUSY), P(backlog=0.0, service=0.5, protected=10)]
+    assert run("headroom", pods).chosen == 0  # 1.5 s < 0.5 s + 1/3 x 10 x 0.5 s
+    pods[1].protected = 2
+    assert run("headroom", pods).chosen == 1  # 1.5 s > 0.5 s + 1/3 x 2 x 0.5 s
     # a cached prefix shows as a shorter own prefill
     pods = [P(service=0.05, prefix=1.0, backlog=0.1), P(service=0.5)]
     assert run("headroom", pods).chosen == 0
+
+
+def test_learned_damage_weight_follows_prefill_and_decode_sizes():
+    """Short prompts with long answers (chat) weigh decodes little, long prompts with short
+    answers much: kappa x typical prefill / (typical max_tokens x typical TPOT)."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def learned(service, max_tokens, tpot_ms, n=2000):
+        sc = LatencyCostScorer.create(damageAdapt=True, damageKappa=2.0)
+        sched = Scheduler(
+            "t",
+            [(PredictedLatencyProducer.create(), 1.0), (sc, 1.0), (MaxScorePicker.create(), 1.0)],
+        )
+        pods = [P(service=service, pred=(100, tpot_ms)), P(service=2 * service, pred=(100, 50))]
+        rows = rows_of(pods)
+        for _ in range(n):
+            sched.schedule(req(max_tokens=max_tokens), rows, predictions_of(pods), now=0.0,
+                           rng=random.Random(0))  # fmt: skip
+        return sc.damage_weight()
+
+    chat = learned(0.06, 250, 16.0)
+    reuse = learned(1.0, 150, 30.0)
+    assert chat == pytest.approx(2 * 0.06 / (250 * 0.016), rel=0.02)
+    assert reuse == pytest.approx(2 * 1.0 / (150 * 0.030), rel=0.02)
+    # bounded, and the fixed weight without damageAdapt
+    assert learned(100.0, 1, 1.0, n=50) == 5.0
+    assert LatencyCostScorer.create(damageWeight=0.3).damage_weight() == 0.3
 
 
 def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
@@ -118,6 +148,27 @@ def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
     # time already spent in the gateway's queue counts against the SLO
     assert run("headroom", pods, req(ttft=1500, queued_s=0.2)).chosen == 2
     assert run("headroom", pods, req(ttft=1500, queued_s=0.7)).chosen == 1
+
+
+def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
+    # pod 1 harms nobody but has 20 s queued: a sink. Unbounded, the hopeless request goes
+    # there anyway; with hopelessMaxDelay 3 only pods within 3 x 1.4 s of own TTFT qualify
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    pods = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
+            P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
+
+    def chosen(max_delay):
+        sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, hopelessMaxDelay=max_delay)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        d = sched.schedule(req(ttft=300), rows_of(pods), None, now=0.0, rng=random.Random(0))
+        assert d.notes["latency-cost-scorer"] == "hopeless"
+        return d.ranked
+
+    assert chosen(0.0)[0] == 1
+    assert chosen(3.0) == [2, 0, 1]  # the sink ranks last
+    assert chosen(1.0) == [0, 2, 1]  # only the fastest pod qualifies
+    assert run("headroom", pods, req(ttft=300)).chosen == 2  # the shipped bound is 10 (14 s)
 
 
 def test_slo_headers_beat_prefix_affinity_in_llmd_only_after_affinity():

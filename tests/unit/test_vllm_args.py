@@ -73,7 +73,9 @@ def test_gpu_memory_utilization_and_block_size_set_the_kv_blocks():
     with pytest.raises(ValueError, match="fewer than --max-model-len"):
         resolve(H100, "--gpu-memory-utilization=0.2")  # KV < the model's 128k context
     with pytest.raises(ValueError, match="no GPU memory model"):
-        resolve(A100, "--gpu-memory-utilization=0.8")
+        resolve(H100.with_overrides(gpu_memory_bytes=0), "--gpu-memory-utilization=0.8")
+    a100 = resolve(A100, "--gpu-memory-utilization=0.9").profile  # the A100's memory model
+    assert a100.num_gpu_blocks == A100.num_gpu_blocks
 
 
 def test_flag_spellings_and_human_readable_sizes():

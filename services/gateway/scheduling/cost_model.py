@@ -66,6 +66,11 @@ class PrefillCostModel:
         c = max(0.0, cached)
         return (1.0, u / _SCALE[1], u * (c + u / 2.0) / _SCALE[2])
 
+    def for_class(self, hardware_class: str | None) -> PrefillCostModel:
+        """The model for pods of ``hardware_class``: this one (a single model serves every
+        class; :class:`ClassCostModels` keeps one per class)."""
+        return self
+
     def estimate(self, uncached: float, cached: float = 0.0) -> float:
         """Seconds to prefill ``uncached`` tokens after ``cached`` ones on an idle pod."""
         a, b, d = self._theta
@@ -107,6 +112,49 @@ class PrefillCostModel:
                 return (theta[0], theta[1], theta[2])
             free = [k for k in free if k not in neg]
         return self._theta
+
+
+class ClassCostModels:
+    """One :class:`PrefillCostModel` per hardware class (``PodRecord.hardware_class``): an
+    A100 prefills the same prompt in about twice an H100's time, so a mixed pool needs one
+    fit per class, each learned from its own pods' idle-pod first tokens. A class's model is
+    created (at the prior) when its first pod is seen; pods of unknown class (None) share
+    one model, so a pool without class labels behaves exactly as with a single model.
+
+    Keeps :class:`PrefillCostModel`'s interface for callers that do not know the class
+    (``estimate``, ``observe``, ``coefficients``: the unknown class's model;
+    ``observations``: all classes')."""
+
+    def __init__(self, config: CostModelConfig | None = None) -> None:
+        self.config = config or CostModelConfig()
+        self._models: dict[str | None, PrefillCostModel] = {}
+
+    def for_class(self, hardware_class: str | None) -> PrefillCostModel:
+        m = self._models.get(hardware_class)
+        if m is None:
+            m = self._models[hardware_class] = PrefillCostModel(self.config)
+        return m
+
+    @property
+    def classes(self) -> dict[str | None, PrefillCostModel]:
+        return dict(self._models)
+
+    @property
+    def observations(self) -> int:
+        return sum(m.observations for m in self._models.values())
+
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        return self.for_class(None).coefficients
+
+    def estimate(self, uncached: float, cached: float = 0.0) -> float:
+        return self.for_class(None).estimate(uncached, cached)
+
+    def observe(self, uncached: float, cached: float, seconds: float) -> bool:
+        return self.for_class(None).observe(uncached, cached, seconds)
+
+
+CostModel = PrefillCostModel | ClassCostModels
 
 
 def _solve_subset(a: list[list[float]], y: list[float], idx: list[int]) -> list[float] | None:

@@ -11,7 +11,8 @@ per pod, real-time counters of what it has itself dispatched:
 - ``unseen_requests``: in-flight requests dispatched after the pod's last scrape (the scraped
   ``waiting``/``running`` cannot include them yet),
 - ``backlog_s``: estimated seconds of prefill queued on the pod: the sum of the idle-pod
-  prefill estimates (:class:`~services.gateway.scheduling.cost_model.PrefillCostModel`, at
+  prefill estimates (:class:`~services.gateway.scheduling.cost_model.PrefillCostModel` of the
+  pod's hardware class, :class:`~services.gateway.scheduling.cost_model.ClassCostModels`, at
   dispatch) of this gateway's requests that have not produced their first token, plus the
   waiting requests the fresh scrape shows beyond those (other gateways', or older than this
   one) at this gateway's mean estimate. It is deliberately conservative: a prefill in
@@ -42,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.gateway.scheduling.cost_model import PrefillCostModel
+from services.gateway.scheduling.cost_model import ClassCostModels, CostModel
 from services.gateway.scheduling.scrape_misses import ScrapeMisses
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
@@ -61,6 +62,7 @@ class _Ticket:
     ttft_slo_ms: float | None = None
     idle: bool = False  # nothing to prefill ahead at dispatch: its TTFT is its own prefill
     protected: bool = True  # met its TTFT SLO (or had none): counted while decoding
+    hardware_class: str | None = None  # its pod's (which cost model it teaches)
 
 
 @dataclass(slots=True)
@@ -97,6 +99,10 @@ class Candidate:
     backlog_s: float = 0.0  # estimated seconds of prefill this gateway has queued there
     protected_decodes: int = 0  # decoding requests a new prefill would slow down
 
+    @property
+    def hardware_class(self) -> str | None:
+        return self.record.hardware_class if self.record is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class PodCounts:
@@ -114,26 +120,28 @@ class PodView:
     def __init__(
         self,
         stale_after_s: float = 2.0,
-        cost: PrefillCostModel | None = None,
+        cost: CostModel | None = None,
         *,
         scrape_misses_tolerated: int = 3,
         served_recently_s: float = 10.0,
     ) -> None:
         self.stale_after_s = stale_after_s
-        self.cost = cost if cost is not None else PrefillCostModel()
+        # one prefill cost model per hardware class (PodRecord.hardware_class)
+        self.cost: CostModel = cost if cost is not None else ClassCostModels()
         self.misses = ScrapeMisses(scrape_misses_tolerated)
         self.served_recently_s = served_recently_s
         self._first_token_at: dict[str, float] = {}  # pod -> its latest first token (now)
         # called after a pod's load fell (a first token, a finished request, a snapshot):
         # the shell's flow control may release queued requests then
         self.on_change: Callable[[], None] | None = None
-        self._mean_service_s: float | None = None  # EWMA of dispatched requests' estimates
+        # EWMA of dispatched requests' estimates, per hardware class
+        self._mean_service_s: dict[str | None, float] = {}
         self._records: dict[str, PodRecord] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._tickets: dict[str, _Ticket] = {}  # request id -> ticket
 
     @classmethod
-    def from_settings(cls, settings, cost: PrefillCostModel | None = None) -> PodView:
+    def from_settings(cls, settings, cost: CostModel | None = None) -> PodView:
         """The view as the gateway's settings (services/gateway/settings.py) configure it:
         the gateway and the routing lab build it here."""
         return cls(
@@ -242,7 +250,10 @@ class PodView:
         if others <= 0:
             return backlog, protected
         waiting = min(others, rec.waiting)
-        mean = self._mean_service_s if self._mean_service_s is not None else self.cost.estimate(0)
+        hw = rec.hardware_class
+        mean = self._mean_service_s.get(hw)
+        if mean is None:
+            mean = self.cost.for_class(hw).estimate(0)
         return backlog + waiting * mean, protected + int(others - waiting)
 
     def _load(self, rec: PodRecord, now: float) -> PodLoad:
@@ -298,9 +309,10 @@ class PodView:
         rec = self._records.get(pod)
         idle = fl.prefilling == 0 and (rec is None or rec.waiting <= 0 or self.is_stale(rec, now))
         u, c = max(0.0, prefill_tokens), max(0.0, cached_tokens)
+        hw = rec.hardware_class if rec is not None else None
         t = _Ticket(
-            pod, u, max(0.0, max_tokens), now, False, tpot_slo_ms, c, self.cost.estimate(u, c),
-            ttft_slo_ms, idle,
+            pod, u, max(0.0, max_tokens), now, False, tpot_slo_ms, c,
+            self.cost.for_class(hw).estimate(u, c), ttft_slo_ms, idle, hardware_class=hw,
         )  # fmt: skip
         self._tickets[request_id] = t
         fl.tickets[request_id] = t
@@ -309,8 +321,8 @@ class PodView:
         fl.prefilling += 1
         fl.prefill_tokens += t.prefill_tokens
         fl.backlog_s += t.service_s
-        m = self._mean_service_s
-        self._mean_service_s = t.service_s if m is None else m + 0.05 * (t.service_s - m)
+        m = self._mean_service_s.get(hw)
+        self._mean_service_s[hw] = t.service_s if m is None else m + 0.05 * (t.service_s - m)
 
     def on_first_token(self, request_id: str, now: float | None = None) -> None:
         """The request's first token arrived (at ``now``, when the caller knows it): its
@@ -333,7 +345,8 @@ class PodView:
             if t.ttft_slo_ms is not None:
                 t.protected = ttft_s * 1000.0 <= t.ttft_slo_ms
             if t.idle:
-                self.cost.observe(t.prefill_tokens, t.cached_tokens, ttft_s)
+                model = self.cost.for_class(t.hardware_class)
+                model.observe(t.prefill_tokens, t.cached_tokens, ttft_s)
         fl.protected += t.protected
         self._changed()
 

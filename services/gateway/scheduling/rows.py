@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.gateway.scheduling.cost_model import PrefillCostModel
+from services.gateway.scheduling.cost_model import CostModel
 from services.gateway.scheduling.pod_view import Candidate
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from shared.features import RowContext, build_row
@@ -36,20 +36,24 @@ def build_candidate_rows(
     input_tokens: int,
     hashes: Sequence[int],
     index: PrefixIndex,
-    cost: PrefillCostModel | None = None,
+    cost: CostModel | None = None,
     *,
     max_tokens: int = 0,
     gateway_queued: int = 0,
 ) -> CandidateRows:
     """Rows, prefix scores and index sizes per candidate; with ``cost``, also the estimated
-    seconds each pod needs to prefill the prompt's part it does not have cached. The rows'
+    seconds each pod needs to prefill the prompt's part it does not have cached (its
+    hardware class's cost model). The rows'
     v2 columns take the request's ``max_tokens``, the pod view's estimates per candidate
     and ``gateway_queued`` (requests held in the gateway's flow-control queue)."""
     cands = list(candidates)
     scores = index.scores((c.name for c in cands), hashes)
     service = None
     if cost is not None:
-        service = [cost.estimate((1.0 - s) * input_tokens, s * input_tokens) for s in scores]
+        service = [
+            cost.for_class(c.hardware_class).estimate((1.0 - s) * input_tokens, s * input_tokens)
+            for c, s in zip(cands, scores, strict=True)
+        ]
     rows = []
     for i, (c, s) in enumerate(zip(cands, scores, strict=True)):
         ctx = RowContext(
