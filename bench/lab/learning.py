@@ -69,6 +69,7 @@ class OnlineLearner:
         self.shift = s.shift_detector()  # live TTFT error -> forget + refit (trainer's)
         self.shifts: list[dict] = []
         self._force = False
+        self._recovery_fits = 0  # refits left, one per shift_window samples, after a shift
 
     # --- samples ------------------------------------------------------------------------
     def offer(self, sample: TrainingSample, now: float) -> str:
@@ -88,7 +89,14 @@ class OnlineLearner:
                 self._force = True
                 self.shifts.append({"t": round(now, 3), "began": round(began, 3),
                                     "samples": self.samples, "dropped": dropped})  # fmt: skip
+                self._recovery_fits = self.settings.shift_refits
                 self.tick(now)  # the trainer refits at once (TrainerService._on_shift)
+            elif self._recovery_fits > 0 and (
+                self.window.added_total - self._fitted_at_added >= self.settings.shift_window
+            ):
+                self._recovery_fits -= 1
+                self._force = True
+                self.tick(now)
         return reason
 
     @property

@@ -103,6 +103,7 @@ class TrainerService:
         self.drift = DriftTracker(("ttft", "tpot"), s.drift_window)
         self.shift = s.shift_detector()
         self.shift_refit: asyncio.Task | None = None
+        self._recovery_fits = 0  # refits left, one per shift_window samples, after a shift
         self.clock = clock
         self.last_version: str | None = None
         self.last_result: CycleResult | None = None
@@ -269,6 +270,9 @@ class TrainerService:
                 began = self.shift.observe(sample.predicted_ttft_ms, sample.ttft_ms, sample.ts)
                 if began is not None:
                     self._on_shift(began)
+                elif self._recovery_fits > 0 and self.new_samples() >= self.settings.shift_window:
+                    self._recovery_fits -= 1
+                    self._refit_now()
         elif not replay:
             self.metrics.samples_rejected.labels(reason=reason).inc()
         return reason
@@ -325,6 +329,11 @@ class TrainerService:
         self.metrics.shifts.inc()
         log.warning("workload shift detected (live TTFT MAPE %.0f%%): %d older samples "
                     "forgotten, refitting", 100 * (self.shift.level_at_shift or 0.0), dropped)  # fmt: skip
+        self._recovery_fits = self.settings.shift_refits
+        self._refit_now()
+
+    def _refit_now(self) -> None:
+        """Refit without waiting for the cadence (unless a refit is running already)."""
         if self.shift_refit is None or self.shift_refit.done():
             self.shift_refit = asyncio.get_running_loop().create_task(self.fit_now(force=True))
 

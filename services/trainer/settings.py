@@ -107,6 +107,12 @@ class TrainerSettings(CommonSettings):
         gt=1,
         description="A shift: recent TTFT MAPE above this many times its long-run level",
     )
+    shift_refits: int = Field(
+        4,
+        ge=0,
+        description="After a detected shift, refit again after every shift_window new "
+        "samples, this many times (fast traffic would otherwise wait for interval_s)",
+    )
     max_latency_ms: float = Field(
         3_600_000.0, gt=0, description="Samples with a longer TTFT or E2E are rejected"
     )
