@@ -47,10 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per answer (at most)")
     p.add_argument("--prompt-blocks", type=int, default=1,
                    help="512-token blocks per prompt (at most; the prompts cycle over 2,000)")  # fmt: skip
-    p.add_argument("--request-timeout-s", type=float, default=300.0,
-                   help="a client gives up after this (1,000 streams in flight queue for long)")  # fmt: skip
+    p.add_argument("--request-timeout-s", type=float, default=None,
+                   help="a client gives up after this (default: the profile's flow-control "
+                   "maxWaitS, the longest the gateway may hold a request, plus 60 s)")  # fmt: skip
     p.add_argument("--profile", default="headroom",
                    help="the gateway's scheduling profile (default: the shipped default)")  # fmt: skip
+    p.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                   help="diagnostics: the gateway traces allocations (FRAMES deep; slows it) "
+                   "and the report gets the sites that grew from the warm reading to after the "
+                   "clients closed (HEADROOM_GATEWAY_DEBUG_TRACEMALLOC)")  # fmt: skip
     p.add_argument("--sample-every-s", type=float, default=5.0, help="RSS series interval")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
@@ -110,8 +115,7 @@ class Load:
         async with session.post(self.url, data=body,
                                 headers={"content-type": "application/json"}) as r:  # fmt: skip
             if r.status != 200:
-                await r.read()
-                self._error(f"status_{r.status}")
+                self._error(f"status_{r.status}:{_error_code(await r.read())}")
                 return
             first = None
             async for raw in r.content:
@@ -131,14 +135,35 @@ class Load:
                 if first is None:
                     ev = orjson.loads(payload)
                     if "error" in ev:
-                        self._error("error_event")
+                        self._error(f"error_event:{_error_code(payload)}")
                         return
                     if any(c.get("text") for c in ev.get("choices") or ()):
                         first = time.perf_counter()
                 elif payload.startswith(b'{"error"'):
-                    self._error("error_event")
+                    self._error(f"error_event_mid_stream:{_error_code(payload)}")
                     return
             self._error("stream_ended_early")
+
+
+def _error_code(body: bytes) -> str:
+    """The gateway's reason in an OpenAI-style error body (its ``code``, else ``type``)."""
+    try:
+        err = orjson.loads(body).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return "unparsed"
+    return str(err.get("code") or err.get("type") or "none") if isinstance(err, dict) else "none"
+
+
+def client_timeout_s(args) -> float:
+    """The client's patience: given, or the longest the profile's flow control may hold a
+    request (``maxWaitS``) plus 60 s to be served, so a client only gives up on a request the
+    gateway failed to release, never on one it is allowed to hold."""
+    if args.request_timeout_s is not None:
+        return args.request_timeout_s
+    from services.gateway.scheduling.config import load_config
+
+    flow = load_config().flow(args.profile)
+    return (flow.max_wait_s if flow.enabled else 0.0) + 60.0
 
 
 async def run_soak(args, log_path: Path) -> dict:
@@ -159,7 +184,8 @@ async def run_soak(args, log_path: Path) -> dict:
         pods=args.pods, predictors=2, gateways=1, log_level="WARNING", restart=False,
         env={"trainer": {"HEADROOM_TRAINER_INTERVAL_S": "10",
                          "HEADROOM_TRAINER_MIN_SAMPLES": "100"},
-             "gateway": {"HEADROOM_GATEWAY_PROFILE": args.profile}},
+             "gateway": {"HEADROOM_GATEWAY_PROFILE": args.profile,
+                         "HEADROOM_GATEWAY_DEBUG_TRACEMALLOC": str(args.tracemalloc)}},
     )  # fmt: skip
     stack = Stack(config, log=lambda line: print(line, file=log_file, flush=True))
     load_avg = [os.getloadavg()]
@@ -168,7 +194,8 @@ async def run_soak(args, log_path: Path) -> dict:
         gw = stack.child("gateway").proc.pid
         await asyncio.sleep(2.0)
         start = {"rss_mb": rss_mb(gw), "open_fds": open_fds(gw), "cpu_s": cpu_s(gw)}
-        load = Load(stack.gateway_url, bodies, args.request_timeout_s)
+        timeout_s = client_timeout_s(args)
+        load = Load(stack.gateway_url, bodies, timeout_s)
         warm_s = args.warm_s if args.warm_s is not None else 0.2 * args.duration_s
         series: list[dict] = []
         t0 = time.monotonic()
@@ -178,26 +205,36 @@ async def run_soak(args, log_path: Path) -> dict:
             workers = [asyncio.create_task(load.worker(i, session, stop_at))
                        for i in range(args.concurrency)]  # fmt: skip
             warm = None
+            tm_mark = None
             while time.monotonic() < stop_at:
                 await asyncio.sleep(min(args.sample_every_s, max(0.0, stop_at - time.monotonic())))
                 el = time.monotonic() - t0
                 point = {"t_s": round(el, 1), "rss_mb": rss_mb(gw), "open_fds": open_fds(gw),
                          "completed": load.completed, "in_flight": load.in_flight,
-                         "errors": sum(load.errors.values())}  # fmt: skip
+                         "errors": sum(load.errors.values()),
+                         **await asyncio.to_thread(_gateway_gauges, stack.gateway_url)}  # fmt: skip
                 series.append(point)
                 if warm is None and el >= warm_s:
                     warm = point
+                    if args.tracemalloc:
+                        tm_mark = await _debug(session, stack.gateway_url, "POST", "mark")
                 if stack.failed_child() is not None:
                     load._error(f"{stack.failed_child().name}_exited")
                     break
             end_load = {"rss_mb": rss_mb(gw), "open_fds": open_fds(gw),
-                        "completed": load.completed, "cpu_s": cpu_s(gw)}  # fmt: skip
-            _, pending = await asyncio.wait(workers, timeout=args.request_timeout_s + 10)
+                        "completed": load.completed, "cpu_s": cpu_s(gw),
+                        **await asyncio.to_thread(_gateway_gauges, stack.gateway_url)}  # fmt: skip
+            _, pending = await asyncio.wait(workers, timeout=timeout_s + 10)
             for t in pending:
                 t.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
         await asyncio.sleep(2.0)  # the gateway closes the client connections it held
         after = {"rss_mb": rss_mb(gw), "open_fds": open_fds(gw)}
+        tm = None
+        if args.tracemalloc:  # what stayed allocated from the warm reading to now
+            async with aiohttp.ClientSession() as s:
+                tm = await _debug(s, stack.gateway_url, "GET", "?top=25")
+            tm["at_mark"] = tm_mark
         counters = await asyncio.to_thread(_gateway_counters, stack.gateway_url)
         load_avg.append(os.getloadavg())
         warm = warm or series[0]
@@ -221,12 +258,21 @@ async def run_soak(args, log_path: Path) -> dict:
                        "after_clients_closed": after["rss_mb"]},
             "rss_growth_warm_to_end": round(grown / warm["rss_mb"], 4),
             "rss_growth_bytes_per_request": round(grown * 1024 * 1024 / reqs, 1),
+            # the prefix index fills towards its bound (~140 B per block): growth, not a leak
+            "prefix_index_blocks": {"warm": warm.get("prefix_blocks"),
+                                    "end": end_load.get("prefix_blocks"),
+                                    "capacity": end_load.get("prefix_capacity")},
+            "rss_growth_beyond_prefix_index_mb": round(
+                grown - PREFIX_BLOCK_BYTES * ((end_load.get("prefix_blocks") or 0)
+                                              - (warm.get("prefix_blocks") or 0)) / 2**20, 2),
             "open_fds": {"start": start["open_fds"], "end": after["open_fds"],
                          "at_end_of_load": end_load["open_fds"]},
             "gateway_cpu_s": round(end_load["cpu_s"] - start["cpu_s"], 1),
             "gateway_cpu_ms_per_request": round(
                 (end_load["cpu_s"] - start["cpu_s"]) * 1000 / max(1, load.completed), 3),
+            "client_timeout_s": timeout_s,
             "gateway_counters": counters,
+            "tracemalloc": tm,
             "series": series,
             "loadavg": {"start": [round(x, 2) for x in load_avg[0]],
                         "end": [round(x, 2) for x in load_avg[-1]], "cpus": os.cpu_count()},
@@ -238,6 +284,35 @@ async def run_soak(args, log_path: Path) -> dict:
         log_file.close()
 
 
+async def _debug(session: aiohttp.ClientSession, url: str, method: str, what: str) -> dict:
+    sep = "/" if not what.startswith("?") else ""
+    async with session.request(method, f"{url}/debug/tracemalloc{sep}{what}",
+                               timeout=aiohttp.ClientTimeout(total=120)) as r:  # fmt: skip
+        return await r.json()
+
+
+PREFIX_BLOCK_BYTES = 141  # one block of the prefix index (an OrderedDict entry and its int)
+
+
+def _gateway_gauges(url: str) -> dict[str, float]:
+    """The prefix index's size and bound and the flow-control queue, from /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if fam.name == "headroom_gateway_prefix_index_blocks":
+                key = "prefix_blocks" if s.labels.get("kind") == "held" else "prefix_capacity"
+                out[key] = s.value
+            elif fam.name == "headroom_gateway_queued_requests":
+                out["queued"] = out.get("queued", 0) + s.value
+    return out
+
+
 def _gateway_counters(url: str) -> dict[str, float]:
     """The gateway's failure, retry and ejection counters by label, from its /metrics."""
     import urllib.request
@@ -245,14 +320,18 @@ def _gateway_counters(url: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     wanted = ("headroom_gateway_requests_failed", "headroom_gateway_retries",
-              "headroom_gateway_pod_ejections", "headroom_gateway_routing")  # fmt: skip
+              "headroom_gateway_pod_ejections", "headroom_gateway_routing",
+              "headroom_gateway_requests", "headroom_gateway_queue_rejected",
+              "headroom_gateway_queue_wait_seconds", "headroom_gateway_client_disconnects",
+              "headroom_gateway_requests_shed", "headroom_gateway_limit_rejections",
+              "headroom_gateway_samples_failed", "headroom_gateway_gc_pause_seconds")  # fmt: skip
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         if fam.name in wanted:
             for s in fam.samples:
-                if s.name.endswith("_total"):
+                if s.name.endswith(("_total", "_count")):
                     labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
                     out[f"{fam.name}{{{labels}}}"] = s.value
     return out
@@ -263,6 +342,19 @@ def _ms(x: float | None) -> float | None:
 
 
 def human(r: dict) -> str:
+    tm = r.get("tracemalloc")
+    if tm:
+        grown = tm["traced_bytes"] - tm.get("traced_bytes_at_mark", tm["traced_bytes"])
+        sites = "; ".join(
+            f"{t['size_diff_bytes'] / 1e3:+.0f} kB {t['at'][-1]}" for t in tm["top"][:5]
+        )
+        tail = f"\ntracemalloc warm -> after: {grown / 1e6:+.2f} MB traced; top: {sites}"
+    else:
+        tail = ""
+    return _human(r) + tail
+
+
+def _human(r: dict) -> str:
     return (
         f"soak: {r['concurrency']} streams (peak {r['peak_in_flight']}) for {r['duration_s']:g} s "
         f"through one gateway to {r['pods']} pods: {r['requests']} requests "

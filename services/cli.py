@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     lab = sub.add_parser(
         "lab", add_help=False,
         help="routing lab: replay a trace against simulated pods in virtual time "
-        "(`lab compare`: load ladder, table, plots)",
+        "(`lab compare`: load ladder, table, plots; `lab compare --suite train`: the workload "
+        "suite; `lab workloads`: the suite's workloads)",
     )  # fmt: skip
     lab.add_argument("args", nargs=argparse.REMAINDER)
     lab.set_defaults(func=_lab)

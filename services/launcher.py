@@ -11,7 +11,12 @@ turns it off): after a backoff (services/supervision.py: 0.5 s, doubling after s
 at most 10 s), with a log line for the exit, the restart and the service being healthy
 again. The embedded NATS and Redis it started are restarted too (same port; NATS keeps its
 JetStream store, Redis comes back empty). Without ``restart`` the first exit ends
-`headroom up` (exit code 1), as before.
+`headroom up` (exit code 1), as before. With ``restart`` the predictors have a warm spare
+(``warm_spares``, services/standby.py): a process that has imported the predictor and
+waits, idle; the first predictor to exit is replaced by it (given that replica's
+environment) instead of a new process, so the restart skips Python's imports, and a new
+spare is started once every predictor is healthy again. Predicted routing comes back when
+the first predictor answers, so its start-up is what a kill of every predictor costs.
 
 Before starting anything on a NATS it did not start itself, the launcher checks that no
 other stack uses the namespace there (predictors answering its predict subject, pod
@@ -71,6 +76,10 @@ class StackConfig:
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     # refuse to start in a namespace another stack uses on a NATS we did not start
     check_namespace: bool = True
+    # With ``restart``: services kept as a warm spare (services/standby.py: imported, idle)
+    # that replaces the first replica to exit, so its restart skips Python's imports (the
+    # predictors': ~2 s of CPU, 8-12 s on a loaded box; predicted routing waits for them).
+    warm_spares: tuple[str, ...] = ("predictor",)
 
 
 @dataclass
@@ -118,6 +127,7 @@ class Stack:
         self._lock = threading.RLock()  # children and embedded servers vs the supervisor
         self._supervisor: threading.Thread | None = None
         self._embedded_restarts: dict[str, RestartState] = {}
+        self._spares: dict[str, subprocess.Popen] = {}  # service -> its warm spare
 
     # ------------------------------------------------------------------ start / stop
     @property
@@ -131,6 +141,8 @@ class Stack:
             self.stop()
             raise
         if self.config.restart:
+            with self._lock:
+                self._ensure_spares()
             self._supervisor = threading.Thread(
                 target=self._supervise, name="launcher-supervisor", daemon=True
             )
@@ -270,17 +282,43 @@ class Stack:
         return child
 
     @staticmethod
-    def _popen(service: str, env: dict[str, str]) -> subprocess.Popen:
+    def _popen(service: str, env: dict[str, str], spare: bool = False) -> subprocess.Popen:
+        cmd = ["-m", "services.standby", service] if spare else ["-m", f"services.{service}"]
         return subprocess.Popen(
-            [sys.executable, "-m", f"services.{service}"],
+            [sys.executable, *cmd],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if spare else subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the launcher, which stops children in order
             text=True,
             bufsize=1,
         )
+
+    def _ensure_spares(self) -> None:
+        """A warm spare for each service in ``warm_spares`` (called with the lock held),
+        started once every replica of the service is healthy, so its imports never compete
+        with a restart for CPU."""
+        for service in self.config.warm_spares:
+            mine = [ch for ch in self.children if ch.service == service]
+            spare = self._spares.get(service)
+            if not mine or (spare is not None and spare.poll() is None):
+                continue
+            if all(ch.healthy and ch.proc.poll() is None for ch in mine):
+                self._spares[service] = self._popen(service, mine[0].env, spare=True)
+
+    def _take_spare(self, ch: Child) -> subprocess.Popen | None:
+        """The service's warm spare, handed ``ch``'s environment; None if it has none."""
+        spare = self._spares.pop(ch.service, None)
+        if spare is None or spare.poll() is not None or spare.stdin is None:
+            return None
+        try:
+            spare.stdin.write(json.dumps(ch.env) + "\n")
+            spare.stdin.close()
+        except OSError:
+            spare.kill()
+            return None
+        return spare
 
     def _start_pump(self, child: Child) -> None:
         t = threading.Thread(target=self._pump, args=(child, child.proc), daemon=True)
@@ -324,6 +362,7 @@ class Stack:
                     self._supervise_embedded(srv, now)
                 for ch in self.children:
                     self._supervise_child(ch, now)
+                self._ensure_spares()
 
     def _supervise_child(self, ch: Child, now: float) -> None:
         st = ch.restart
@@ -335,10 +374,12 @@ class Stack:
                 self.log(f"[launcher] {ch.name} exited with code {ch.proc.returncode}; "
                          f"restarting in {delay:.1f} s (restart #{st.restarts + 1})")  # fmt: skip
             elif st.due(now):
-                ch.proc = self._popen(ch.service, ch.env)
+                spare = self._take_spare(ch)
+                ch.proc = spare or self._popen(ch.service, ch.env)
                 st.restarted(now)
                 self._start_pump(ch)
-                self.log(f"[launcher] {ch.name} restarted (pid {ch.proc.pid})")
+                how = ", from a warm spare" if spare else ""
+                self.log(f"[launcher] {ch.name} restarted (pid {ch.proc.pid}{how})")
         elif not ch.healthy and _healthy(ch.health_url, ch.check):
             ch.healthy = True
             down = now - (st.exited_at or now)
@@ -393,6 +434,12 @@ class Stack:
         self._stopping.set()
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(timeout=5.0)
+        with self._lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for p in spares:
+            p.kill()  # idle (or still importing): nothing to stop cleanly
+        for p in spares:
+            p.wait()
         for ch in reversed(self.children):
             if ch.proc.poll() is None:
                 ch.proc.terminate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from contextlib import contextmanager
@@ -37,7 +38,7 @@ def _key_value(v: str) -> tuple[str, str]:
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", required=True, help="Mooncake .jsonl or Azure .csv trace")
+    p.add_argument("--trace", help="Mooncake .jsonl or Azure .csv trace")
     p.add_argument("--format", choices=("mooncake", "azure"), help="override the suffix guess")
     p.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
     p.add_argument("--profile", default="h100-llama3-8b",
@@ -127,6 +128,9 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         trainer_overrides=overrides,
         predictor_objective=args.predictor_objective,
         regret_samples=args.regret_samples,
+        then_trace=getattr(args, "then_trace", None),
+        then_rate_scale=getattr(args, "then_rate_scale", None),
+        then_limit=getattr(args, "then_limit", None),
     )
 
 
@@ -135,12 +139,24 @@ def build_parser() -> argparse.ArgumentParser:
         prog="headroom lab",
         description="Replay a trace against simulated pods in virtual time through the real "
         "scheduling, training and prediction code. `headroom lab compare --help` for the "
-        "load ladder.",
+        "load ladder and the workload suite (--suite), `headroom lab workloads --help` for "
+        "the suite's workloads.",
     )
     add_common_arguments(p)
     p.add_argument("--policy", default="headroom", help="scheduling profile (default headroom)")
     p.add_argument("--rate-scale", type=_positive, default=1.0,
                    help="divide inter-arrival times by this (2 = twice the rate)")  # fmt: skip
+    p.add_argument(
+        "--then-trace",
+        help="a second trace whose requests follow the first's "
+        "(a workload shift; prediction.mape_timeline shows the error around it)",
+    )
+    p.add_argument(
+        "--then-rate-scale",
+        type=_positive,
+        help="rate scale of the second trace (default: --rate-scale)",
+    )
+    p.add_argument("--then-limit", type=int, help="at most this many second-trace requests")
     p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
     return p
 
@@ -158,6 +174,30 @@ def build_compare_parser() -> argparse.ArgumentParser:
                    help="fractions of the estimated saturation throughput")  # fmt: skip
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--title", help="plot title (default: trace, pods, profile)")
+    p.add_argument("--suite", help="run every workload of this suite (train | validation | all "
+                   "| smoke; bench/lab/suite.py) instead of --trace; writes results.json, "
+                   "summary.json and summary.md")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=1, help="with --suite: parallel processes")
+    p.add_argument("--slo", choices=("both", "on", "off"), default="both",
+                   help="with --suite: runs without SLO headers and with the workload's SLOs "
+                   "(both, default), only with them (on) or only without (off)")  # fmt: skip
+    p.add_argument("--full-traces", action="store_true",
+                   help="with --suite: the real traces' whole halves, not their first windows")  # fmt: skip
+    return p
+
+
+def build_workloads_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="headroom lab workloads",
+        description="Characterise the suite's workloads (prompt/output lengths, block reuse, "
+        "rate; bench/lab/characterise.py) and optionally write the generated ones.",
+    )
+    p.add_argument("--suite", default="all", help="train | validation | all | smoke (default all)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--write", metavar="DIR", help="write the generated workloads here")
+    p.add_argument("--full-traces", action="store_true", help="the real traces' whole halves")
+    p.add_argument("--trace", action="append", default=[], metavar="FILE",
+                   help="characterise this trace instead of a suite (repeatable)")  # fmt: skip
     return p
 
 
@@ -208,7 +248,16 @@ def summary_line(r: dict) -> str:
 def run(argv: list[str]) -> int:
     if argv and argv[0] == "compare":
         return run_compare_cli(argv[1:])
+    if argv and argv[0] == "workloads":
+        return run_workloads_cli(argv[1:])
+    if argv and argv[0] == "plot-timeline":
+        from bench.lab.timeline import run_plot_cli
+
+        return run_plot_cli(argv[1:])
     args = build_parser().parse_args(argv)
+    if not args.trace:
+        print("headroom lab: --trace is required", file=sys.stderr)
+        return 2
     try:
         config = config_from_args(args, policy=args.policy, rate_scale=args.rate_scale)
     except ValueError as e:
@@ -238,6 +287,11 @@ def run_compare_cli(argv: list[str]) -> int:
     from bench.lab.compare import run_compare, saturation_for, write_outputs
 
     args = build_compare_parser().parse_args(argv)
+    if args.suite:
+        return run_suite_cli(args)
+    if not args.trace:
+        print("headroom lab compare: --trace or --suite is required", file=sys.stderr)
+        return 2
     try:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         loads = [float(x) for x in args.loads.split(",") if x.strip()]
@@ -282,5 +336,112 @@ def run_compare_cli(argv: list[str]) -> int:
             return 2
     title = args.title or f"{Path(args.trace).name}, {args.pods} pods, {args.profile}"
     for path in write_outputs(results, Path(args.out), title):
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def run_workloads_cli(argv: list[str]) -> int:
+    import tempfile
+
+    from bench.lab.characterise import characterise, table_markdown
+    from bench.lab.suite_run import materialise
+    from bench.lab.workloads import WorkloadSpec
+    from bench.traces import read_trace
+
+    args = build_workloads_parser().parse_args(argv)
+    from bench.lab.suite import suite
+
+    try:
+        if args.trace:
+            rows = [(Path(t).name, "-", "trace", characterise(read_trace(t).requests))
+                    for t in args.trace]  # fmt: skip
+            if args.json:
+                print(json.dumps([{"name": n, "characterisation": c} for n, _, _, c in rows]))
+            else:
+                print(table_markdown(rows), end="")
+            return 0
+        entries = suite(args.suite, full_traces=args.full_traces)
+        with tempfile.TemporaryDirectory() as tmp:
+            out_dir = Path(args.write) if args.write else Path(tmp)
+            rows = []
+            for split, entry in entries:
+                w = materialise(split, entry, out_dir)
+                trace = read_trace(w.trace, offset=w.offset, limit=w.limit)
+                rows.append((w, characterise(trace.requests)))
+    except (ValueError, OSError) as e:
+        print(f"headroom lab workloads: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        out = [{"name": w.name, "split": w.split, "family": w.family, "spec": w.spec,
+                "characterisation": c} for w, c in rows]  # fmt: skip
+        print(json.dumps(out, indent=1))
+    else:
+        print(table_markdown([(w.name, w.split, w.family, c) for w, c in rows]), end="")
+        for w, _ in rows:
+            seed = f" (seed {w.spec['seed']})" if "seed" in w.spec else ""
+            print(f"- {w.name}{seed}: {w.spec['description']}")
+    if args.write:
+        n = sum(1 for _, e in entries if isinstance(e, WorkloadSpec))
+        print(f"wrote {n} generated workloads into {args.write}", file=sys.stderr)
+    return 0
+
+
+def run_suite_cli(args: argparse.Namespace) -> int:
+    from bench.lab.suite_run import commit, run_suite, write_suite_outputs
+
+    if args.trace or args.limit is not None or args.offset:
+        print("headroom lab compare: --suite picks its own traces (no --trace/--limit/--offset)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.slo_ttft_ms or args.slo_tpot_ms:
+        print("headroom lab compare: --suite derives each workload's SLOs (use --slo)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.jobs < 1:
+        print("headroom lab compare: --jobs must be >= 1", file=sys.stderr)
+        return 2
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    loads = [float(x) for x in args.loads.split(",") if x.strip()]
+    args.trace = "-"  # each workload sets its own
+    started_at = commit()
+    out = Path(args.out)
+    done = [0]
+
+    out.mkdir(parents=True, exist_ok=True)
+    # every workload and run as it completes (what a cut-short suite leaves)
+    partial = out / "results.partial.jsonl"
+    partial.write_text("")
+    (out / "workloads.partial.jsonl").write_text("")
+
+    def on_prepared(w) -> None:
+        with (out / "workloads.partial.jsonl").open("a") as f:
+            f.write(json.dumps(dataclasses.asdict(w)) + "\n")
+        if not args.quiet:
+            s = w.saturation
+            print(f"{w.name}: saturation {s['cluster_rps']:.2f} req/s ({args.pods} pods), "
+                  f"SLO {w.slo['ttft_ms']:g}/{w.slo['tpot_ms']:g} ms", file=sys.stderr,
+                  flush=True)  # fmt: skip
+
+    def on_done(reports: list[dict]) -> None:
+        done[0] += 1
+        with partial.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in reports)
+        if not args.quiet:
+            r = reports[0]
+            tag = " +SLO" if r["slo_headers"] else ""
+            print(f"[{done[0]}] {r['workload']} load {r['load']:g}{tag}: {summary_line(r)}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    try:
+        base = config_from_args(args, policy=policies[0] if policies else "", rate_scale=1.0)
+        workloads, results = run_suite(
+            args.suite, base, policies, loads, out, slo=args.slo, jobs=args.jobs,
+            full_traces=args.full_traces, on_prepared=on_prepared, on_done=on_done,
+        )  # fmt: skip
+    except (ValueError, OSError) as e:
+        print(f"headroom lab compare: {e}", file=sys.stderr)
+        return 2
+    for path in write_suite_outputs(args.suite, base, loads, args.slo, workloads, results, out,
+                                    started_at):  # fmt: skip
         print(f"wrote {path}", file=sys.stderr)
     return 0

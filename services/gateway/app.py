@@ -9,6 +9,7 @@ users: 200 while NATS is connected, else 503 (a dependency check, not a probe)."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -27,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 from services.gateway import openapi
 from services.gateway.errors import GatewayError, send_error
 from services.gateway.gateway import Gateway
+from services.gateway.memdebug import MemDebug, is_loopback
 from services.gateway.proxy import ENDPOINTS, handle
 from services.gateway.settings import GatewaySettings
 from shared.runner import GcPauses
@@ -105,16 +107,21 @@ def create_app(
     HTTP session are set up in the lifespan. ``app.state.gateway`` is the :class:`Gateway`."""
     gw = Gateway(settings, rng=rng, clock=clock, telemetry=telemetry)
     gc_pauses = GcPauses(gw.metrics.registry, "headroom_gateway")
+    memdebug = MemDebug(settings.debug_tracemalloc) if settings.debug_tracemalloc else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         gc_pauses.install()
+        if memdebug is not None:
+            memdebug.start()
         try:
             await gw.start()
             yield
         finally:
             await gw.stop()
             gc_pauses.remove()
+            if memdebug is not None:
+                memdebug.stop()
 
     app = FastAPI(title="Headroom gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     openapi.install(app)  # the proxy routes in /openapi.json
@@ -186,5 +193,22 @@ def create_app(
     async def metrics() -> Response:
         gw.update_pod_gauges()
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    if memdebug is not None:  # diagnostics for the soak: loopback clients only
+
+        def _local(request: Request) -> bool:
+            return is_loopback(request.client.host if request.client else None)
+
+        @app.post("/debug/tracemalloc/mark")
+        async def tracemalloc_mark(request: Request) -> Response:
+            if not _local(request):
+                return _json({"detail": "Not Found"}, 404)
+            return _json(await asyncio.to_thread(memdebug.mark))
+
+        @app.get("/debug/tracemalloc")
+        async def tracemalloc_diff(request: Request, top: int = 30) -> Response:
+            if not _local(request):
+                return _json({"detail": "Not Found"}, 404)
+            return _json(await asyncio.to_thread(memdebug.diff, max(1, min(top, 500))))
 
     return GatewayApp(gw, app)

@@ -33,7 +33,8 @@ class GatewayMetrics:
         )  # fmt: skip
         self.routing = Counter(
             "headroom_gateway_routing",
-            "Routing decisions: path predicted|fallback, reason ok or the fallback reason",
+            "Routing decisions by what ranked the pods (path predicted|cost-model|heuristic|"
+            "fallback), reason ok or the fallback reason",
             ["path", "reason"], registry=r,
         )  # fmt: skip
         self.predict_seconds = Histogram(
@@ -61,6 +62,12 @@ class GatewayMetrics:
             "Pods in the latest snapshot by state (ready|not_ready|stale|missed: ready ones "
             "kept routable through missed scrapes)",
             ["state"], registry=r,
+        )  # fmt: skip
+        self.prefix_index_blocks = Gauge(
+            "headroom_gateway_prefix_index_blocks",
+            "Prefix-index blocks held over every pod (held), and its bound (capacity: the sum "
+            "of the pods' LRU capacities; ~140 bytes per block)",
+            ["kind"], registry=r,
         )  # fmt: skip
         self.snapshots = Counter("headroom_gateway_snapshots", "Pod snapshots applied", registry=r)
         self.snapshots_invalid = Counter(

@@ -219,6 +219,14 @@ class GatewaySettings(CommonSettings):
     ratelimit_retry_s: float = Field(
         1.0, ge=0, description="After a Redis failure, rate limits are not checked for this long"
     )
+    debug_tracemalloc: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Diagnostics (slow): trace allocations with this many frames and serve "
+        "/debug/tracemalloc (diffs since POST /debug/tracemalloc/mark) to loopback clients; "
+        "0: off",
+    )
 
     @model_validator(mode="after")
     def _pod_auth_with_keys(self) -> GatewaySettings:

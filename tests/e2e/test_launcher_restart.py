@@ -86,6 +86,11 @@ def test_each_killed_service_is_restarted_and_the_stack_keeps_serving():
                 assert time.monotonic() < deadline, "pods not ready again"
                 time.sleep(0.1)
             _serves(stack.gateway_url, deadline)
+        # the predictor came back from its warm spare, with the replica's own settings
+        assert any("[launcher] predictor-0 restarted (pid" in x and "from a warm spare" in x
+                   for x in logs), "\n".join(logs[-40:])  # fmt: skip
+        with urllib.request.urlopen(stack.admin_urls["predictor-0"] + "/health", timeout=5) as r:
+            assert json.loads(r.read())["replica"] == "predictor-0"
         for kind in ("nats", "redis"):
             srv = next(e for e in stack.embedded if e.kind == kind)
             old = srv.proc.pid

@@ -82,6 +82,14 @@ class PrefixIndex:
     def blocks(self, pod: str) -> int:
         return len(self._pods.get(pod, ()))
 
+    def total_blocks(self) -> int:
+        """Blocks held over every pod (at most the sum of the pods' capacities)."""
+        return sum(len(lru) for lru in self._pods.values())
+
+    def total_capacity(self) -> int:
+        """The index's bound: the sum of the known pods' capacities in blocks."""
+        return sum(self.capacity(p) for p in self._pods)
+
     def retain(self, pods: Iterable[str]) -> None:
         """Forget every pod not in ``pods`` (it left the pool)."""
         keep = set(pods)

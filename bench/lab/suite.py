@@ -1,0 +1,138 @@
+"""The lab's workload suite (issue 18): the training and validation sets, in one place.
+
+Protocol: defaults are tuned on ``train`` and reported on ``validation``. The two sets use
+different generator *parameters* (not only seeds) for every family, disjoint seeds, and
+disjoint halves of each real trace (``train`` holds a window at the start of the first half
+of ``mooncake_conversation.jsonl`` and ``azure_2023_code.csv``, ``validation`` the same
+window at the start of the second half; ``--full-traces`` runs the whole halves). No policy
+reads which workload it is on.
+
+Each generated workload has 500-1,000 requests (the real-trace windows 600 and 1,000), so an
+8-pod lab run takes seconds to about half a minute of wall time and a suite of 5 policies x
+3 loads finishes in about 20 minutes with --jobs 2 on the 2-core dev box. ``smoke`` is a tiny suite for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bench.lab.workloads import (
+    Agentic,
+    Arrival,
+    Chat,
+    Code,
+    LogNormal,
+    Mix,
+    MultiTurn,
+    Rag,
+    TraceSlice,
+    WorkloadSpec,
+)
+
+MOONCAKE = "mooncake_conversation.jsonl"
+AZURE = "azure_2023_code.csv"
+# rows of each real-trace half a suite runs by default (the whole half with --full-traces)
+TRACE_WINDOW = {MOONCAKE: 600, AZURE: 1000}
+
+TRAIN: tuple = (
+    WorkloadSpec("chat-a", Chat(
+        prompt=LogNormal(800, 2000, 300, 3000), output=LogNormal(180, 450, 50, 800),
+        arrival=Arrival("poisson", 20.0)), seed=1101, requests=1000),
+    WorkloadSpec("multiturn-a", MultiTurn(
+        system_prompts=3, system_tokens=1024, turns=4.0, first=LogNormal(600, 1800, 50, 4000),
+        message=LogNormal(150, 500, 10, 2000), output=LogNormal(250, 600, 20, 1000),
+        think_s=20.0, max_context=32768, arrival=Arrival("poisson", 1.0)),
+        seed=1102, requests=1000),
+    WorkloadSpec("rag-a", Rag(
+        documents=5, document=LogNormal(40_000, 100_000, 10_000, 120_000), zipf=1.1,
+        docs_per_request=1, system_tokens=512, question=LogNormal(80, 250, 10, 600),
+        output=LogNormal(120, 350, 20, 600), arrival=Arrival("poisson", 2.0)),
+        seed=1103, requests=500),
+    WorkloadSpec("code-a", Code(
+        repos=6, zipf=1.0, prompt=LogNormal(2500, 7000, 500, 12_000), share_prob=0.7,
+        shared_fraction=0.6, output=LogNormal(15, 50, 2, 128), arrival=Arrival("poisson", 20.0)),
+        seed=1104, requests=1000),
+    WorkloadSpec("agentic-a", Agentic(
+        agents=2, system_tokens=3072, calls=6.0, call_gap_s=0.5,
+        step=LogNormal(300, 1200, 20, 4000), carry=True, output=LogNormal(60, 200, 5, 500),
+        max_context=32768, arrival=Arrival("poisson", 1.0)), seed=1105, requests=1000),
+    WorkloadSpec("bursty-chat-a", Chat(
+        prompt=LogNormal(500, 1500, 300, 3000), output=LogNormal(300, 650, 50, 800),
+        arrival=Arrival("onoff", 20.0, on_s=4.0, off_s=8.0)), seed=1106, requests=1000,
+        note="short chat in on/off bursts"),
+    WorkloadSpec("mix-a", Mix(parts=(
+        (0.5, Chat(prompt=LogNormal(1000, 2500, 300, 3000), output=LogNormal(150, 400, 50, 800))),
+        (0.3, Code(repos=4, prompt=LogNormal(3000, 8000, 500, 12_000), share_prob=0.6,
+                   shared_fraction=0.5, output=LogNormal(20, 60, 2, 128))),
+        (0.2, Rag(documents=3, document=LogNormal(20_000, 50_000, 10_000, 80_000), zipf=1.0,
+                  system_tokens=512, output=LogNormal(100, 300, 20, 600))),
+    ), rate_rps=10.0), seed=1107, requests=1000),
+    TraceSlice("mooncake-h1", MOONCAKE, half=1, window=TRACE_WINDOW[MOONCAKE]),
+    TraceSlice("azure-code-h1", AZURE, half=1, window=TRACE_WINDOW[AZURE]),
+)  # fmt: skip
+
+VALIDATION: tuple = (
+    WorkloadSpec("chat-b", Chat(
+        prompt=LogNormal(1000, 2400, 300, 3000), output=LogNormal(230, 430, 50, 800),
+        arrival=Arrival("gamma", 20.0, cv=1.5)), seed=2101, requests=1000,
+        note="shaped like issue 18's unseen chat trace"),
+    WorkloadSpec("multiturn-b", MultiTurn(
+        system_prompts=1, system_tokens=2048, turns=6.0, first=LogNormal(300, 1200, 20, 6000),
+        message=LogNormal(80, 300, 5, 1500), output=LogNormal(350, 700, 30, 1200),
+        think_s=40.0, max_context=65536, arrival=Arrival("poisson", 0.5)),
+        seed=2102, requests=1000),
+    WorkloadSpec("rag-b", Rag(
+        documents=8, document=LogNormal(25_000, 50_000, 10_000, 60_000), zipf=0.8,
+        docs_per_request=2, system_tokens=1024, question=LogNormal(40, 150, 5, 400),
+        output=LogNormal(200, 500, 20, 800), arrival=Arrival("poisson", 1.0)),
+        seed=2103, requests=500),
+    WorkloadSpec("code-b", Code(
+        repos=12, zipf=0.7, prompt=LogNormal(4000, 10_000, 800, 16_000), share_prob=0.9,
+        shared_fraction=0.4, output=LogNormal(8, 30, 1, 64), arrival=Arrival("gamma", 20.0, cv=2.0)),
+        seed=2104, requests=1000),
+    WorkloadSpec("agentic-b", Agentic(
+        agents=4, system_tokens=6144, calls=10.0, call_gap_s=0.2,
+        step=LogNormal(150, 600, 10, 3000), carry=False, output=LogNormal(40, 150, 3, 400),
+        max_context=32768, arrival=Arrival("poisson", 0.5)), seed=2105, requests=1000),
+    WorkloadSpec("bursty-multiturn-b", MultiTurn(
+        system_prompts=5, system_tokens=512, turns=3.0, first=LogNormal(800, 2500, 50, 5000),
+        message=LogNormal(200, 700, 10, 2500), output=LogNormal(200, 500, 20, 900),
+        think_s=10.0, max_context=32768, arrival=Arrival("onoff", 2.0, on_s=5.0, off_s=15.0)),
+        seed=2106, requests=1000, note="multi-turn sessions starting in on/off bursts"),
+    WorkloadSpec("mix-b", Mix(parts=(
+        (0.4, MultiTurn(system_prompts=2, system_tokens=1536, turns=5.0, think_s=15.0,
+                        first=LogNormal(400, 1500, 50, 4000), message=LogNormal(120, 400, 10, 2000),
+                        output=LogNormal(220, 550, 20, 1000))),
+        (0.3, Agentic(agents=3, system_tokens=4096, calls=8.0, call_gap_s=0.3,
+                      step=LogNormal(250, 900, 20, 3000), output=LogNormal(50, 180, 5, 500))),
+        (0.3, Chat(prompt=LogNormal(600, 1800, 300, 3000), output=LogNormal(250, 600, 50, 800),
+                   arrival=Arrival("gamma", 10.0, cv=2.0))),
+    ), rate_rps=8.0), seed=2107, requests=1000),
+    TraceSlice("mooncake-h2", MOONCAKE, half=2, window=TRACE_WINDOW[MOONCAKE]),
+    TraceSlice("azure-code-h2", AZURE, half=2, window=TRACE_WINDOW[AZURE]),
+)  # fmt: skip
+
+SMOKE: tuple = (
+    WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
+    WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
+                 seed=9002, requests=40),
+)  # fmt: skip
+
+SUITES: dict[str, tuple] = {"train": TRAIN, "validation": VALIDATION, "smoke": SMOKE}
+SPLITS = ("train", "validation")
+
+
+def suite(name: str, *, full_traces: bool = False) -> list[tuple[str, object]]:
+    """``(split, entry)`` of every workload of suite ``name`` (``all`` = train then
+    validation); ``full_traces`` runs the real traces' whole halves."""
+    names = list(SPLITS) if name == "all" else [name]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise ValueError(f"unknown suite {name!r} (suites: all, {', '.join(SUITES)})")
+    out = []
+    for n in names:
+        for e in SUITES[n]:
+            if full_traces and isinstance(e, TraceSlice):
+                e = replace(e, window=None)
+            out.append((n, e))
+    return out

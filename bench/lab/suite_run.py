@@ -1,0 +1,302 @@
+"""`headroom lab compare --suite NAME`: every workload of a suite over the load ladder.
+
+For each workload (:mod:`bench.lab.suite`): the generated ones are written as Mooncake
+jsonl files into ``OUT/workloads/`` (with their spec beside), the real-trace windows are
+read in place with the lab's offset and limit. Then, per workload: its characterisation
+(:mod:`bench.lab.characterise`), its own saturation estimate (:mod:`bench.lab.saturation`),
+and its SLOs by one rule from its shape (:func:`slo_rule`). Each (workload, load, policy)
+is one lab run without SLO headers and, with ``slo="both"``, one with them.
+
+Policies whose routing does not read SLO headers (:data:`SLO_BLIND`; tests/unit/
+test_lab_suite.py checks that their decisions are identical with and without the headers)
+are run once: their attainment and goodput with headers are computed from the same
+requests (``slo_from_headerless`` marks those reports).
+
+``jobs`` > 1 runs the lab runs in that many processes; the results do not depend on it (each
+run is deterministic for its seed, and results are ordered by workload, load, policy).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
+from pathlib import Path
+
+from bench.lab.characterise import characterise
+from bench.lab.config import LabConfig
+from bench.lab.report import summarize
+from bench.lab.run import load_lab_trace, run_lab
+from bench.lab.saturation import estimate_saturation
+from bench.lab.suite import suite
+from bench.lab.workloads import TraceSlice, WorkloadSpec
+from services.gateway.scheduling.config import load_config
+from services.simulator.engine import Engine
+from services.simulator.profiles import Profile
+from shared.tokenizer import synth_tokens
+
+# profiles whose decisions SLO headers do not change (fenced by a test)
+SLO_BLIND = frozenset(
+    {"round-robin", "least-request", "gie-default", "prefix-aware", "cache-aware"}
+)
+SLO_MODES = ("both", "on", "off")
+
+# The SLO rule (the same for every workload; not tuned per workload):
+# TTFT SLO = max(TTFT_FLOOR_MS, TTFT_FACTOR x the idle-pod TTFT of a prompt of the workload's
+#            median length less its block-repeat share (what a warm prefix cache leaves to
+#            prefill)), rounded up to 50 ms;
+# TPOT SLO = max(TPOT_FLOOR_MS, TPOT_FACTOR x the idle-pod TPOT at the median prompt),
+#            rounded up to 5 ms.
+TTFT_FACTOR, TTFT_FLOOR_MS = 6.0, 300.0
+TPOT_FACTOR, TPOT_FLOOR_MS = 8.0, 30.0
+
+
+def idle_latency_ms(profile: Profile, prompt_tokens: int, output_tokens: int = 64):
+    """(TTFT, TPOT) in ms of one request alone on an idle pod, without cache hits."""
+    n = max(1, min(int(prompt_tokens), profile.max_model_len - output_tokens - 1))
+    engine = Engine(profile, 0)
+    engine.submit("idle", synth_tokens(n, 1), output_tokens, 0.0)
+    now, first = 0.0, None
+    while engine.has_work():
+        out = engine.step(now)
+        now += out.duration_s
+        if first is None and any(ev.index == 0 for ev in out.events):
+            first = now
+    assert first is not None
+    return first * 1000.0, (now - first) * 1000.0 / max(1, output_tokens - 1)
+
+
+def _round_up(x: float, step: float) -> float:
+    return float(math.ceil(x / step) * step)
+
+
+def slo_rule(c: dict, profile: Profile) -> dict[str, float]:
+    """The workload's TTFT and TPOT SLOs from its characterisation ``c``."""
+    p50 = c["prompt"]["p50"]
+    uncached = max(1.0, p50 * (1.0 - (c["block_repeat"] or 0.0)))
+    ttft, _ = idle_latency_ms(profile, round(uncached))
+    _, tpot = idle_latency_ms(profile, round(p50))
+    return {
+        "ttft_ms": max(TTFT_FLOOR_MS, _round_up(TTFT_FACTOR * ttft, 50.0)),
+        "tpot_ms": max(TPOT_FLOOR_MS, _round_up(TPOT_FACTOR * tpot, 5.0)),
+    }
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A suite entry ready to run: its trace file and slice, and what it looks like."""
+
+    name: str
+    split: str
+    family: str
+    trace: str
+    offset: int
+    limit: int | None
+    spec: dict
+    characterisation: dict | None = None
+    saturation: dict | None = None
+    slo: dict | None = None
+
+    def config(self, base: LabConfig) -> LabConfig:
+        return replace(base, trace=self.trace, offset=self.offset, limit=self.limit,
+                       trace_format=None)  # fmt: skip
+
+
+def materialise(split: str, entry, work_dir: Path) -> Workload:
+    if isinstance(entry, WorkloadSpec):
+        path = entry.write(work_dir / f"{entry.name}.jsonl")
+        return Workload(entry.name, split, entry.family, str(path), 0, None, entry.to_dict())
+    assert isinstance(entry, TraceSlice)
+    path = entry.path()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: real trace missing (set HEADROOM_TRACES_DIR or put the traces in "
+            "../shared/traces beside the checkout)"
+        )
+    spec = entry.to_dict()
+    return Workload(entry.name, split, "trace", str(path), spec["offset"], spec["limit"], spec)
+
+
+def prepare(workload: Workload, base: LabConfig) -> Workload:
+    """Characterisation, saturation estimate and SLOs of one workload."""
+    cfg = workload.config(replace(base, rate_scale=1.0))
+    trace = load_lab_trace(cfg)
+    c = characterise(trace.requests)
+    profile = cfg.engine_profile()
+    sat = estimate_saturation(trace.requests, profile, cfg.pods, seed=cfg.seed)
+    return replace(workload, characterisation=c, saturation=sat.to_dict(),
+                   slo=slo_rule(c, profile))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Task:
+    workload: Workload
+    base: LabConfig
+    policy: str
+    load: float
+    headers: bool  # SLO headers sent
+    derive_slo: bool  # also report attainment with the workload's SLOs from these requests
+    keep_plain: bool = True  # with derive_slo: keep the report without SLOs too
+
+
+def rate_scale(workload: Workload, load: float) -> float:
+    s = workload.saturation
+    assert s is not None
+    return load * s["cluster_rps"] / s["trace_rps"]
+
+
+def tasks_for(
+    workloads: Sequence[Workload], base: LabConfig, policies: Sequence[str],
+    loads: Sequence[float], slo: str,
+) -> list[Task]:  # fmt: skip
+    if slo not in SLO_MODES:
+        raise ValueError(f"slo must be one of {SLO_MODES}")
+    out = []
+    for w in workloads:
+        for load in loads:
+            for policy in policies:
+                blind = policy in SLO_BLIND
+                if slo == "off":
+                    out.append(Task(w, base, policy, load, False, False))
+                elif slo == "on":
+                    out.append(Task(w, base, policy, load, not blind, blind, keep_plain=not blind))
+                else:
+                    out.append(Task(w, base, policy, load, False, blind))
+                    if not blind:
+                        out.append(Task(w, base, policy, load, True, False))
+    return out
+
+
+def run_task(task: Task) -> list[dict]:
+    """One lab run; with ``derive_slo`` also the same run's report read with the SLOs."""
+    w = task.workload
+    assert w.slo is not None
+    scale = rate_scale(w, task.load)
+    cfg = replace(w.config(task.base), policy=task.policy, rate_scale=scale,
+                  slo_ttft_ms=w.slo["ttft_ms"] if task.headers else None,
+                  slo_tpot_ms=w.slo["tpot_ms"] if task.headers else None)  # fmt: skip
+    records: list = []
+    report = run_lab(cfg, records_out=records)
+    meta = {"workload": w.name, "split": w.split, "family": w.family, "load": task.load}
+    out = [{**meta, **report, "slo_headers": task.headers, "slo_from_headerless": False}]
+    if task.derive_slo:
+        derived = summarize(records, slo_ttft_ms=w.slo["ttft_ms"], slo_tpot_ms=w.slo["tpot_ms"])
+        out.append({**out[0], "slo": derived["slo"], "slo_headers": True,
+                    "slo_from_headerless": True})  # fmt: skip
+        if not task.keep_plain:
+            del out[0]
+    return out
+
+
+def _pool(jobs: int):
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+
+
+def _map(fn, items: Sequence, jobs: int, on_result: Callable | None = None) -> list:
+    """``[fn(x) for x in items]``, in ``jobs`` processes when > 1, in order."""
+    if jobs <= 1 or len(items) <= 1:
+        out = []
+        for x in items:
+            out.append(fn(x))
+            if on_result is not None:
+                on_result(out[-1])
+        return out
+    pool = _pool(min(jobs, len(items)))
+    try:
+        futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
+        out: list = [None] * len(items)
+        for f in as_completed(futures):
+            out[futures[f]] = f.result()
+            if on_result is not None:
+                on_result(out[futures[f]])
+    except BaseException:  # a failed run or ^C: drop the queued runs, do not wait for them
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
+
+
+def _prepare_one(args: tuple[Workload, LabConfig]) -> Workload:
+    return prepare(*args)
+
+
+def commit() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=Path(__file__).parent, timeout=10, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def run_suite(
+    name: str,
+    base: LabConfig,
+    policies: Sequence[str],
+    loads: Sequence[float],
+    out_dir: Path,
+    *,
+    slo: str = "both",
+    jobs: int = 1,
+    full_traces: bool = False,
+    on_prepared: Callable[[Workload], None] | None = None,
+    on_done: Callable[[list[dict]], None] | None = None,
+) -> tuple[list[Workload], list[dict]]:
+    """Prepare every workload of suite ``name`` and run the ladder; returns the workloads and
+    every run's report (ordered by workload, load, policy, headers)."""
+    if not policies or not loads:
+        raise ValueError("need at least one policy and one load")
+    if any(not load > 0 for load in loads):
+        raise ValueError("loads must be > 0")
+    scheduling = load_config(base.profiles_path)
+    unknown = [p for p in policies if p not in scheduling.profiles]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown} (profiles: {', '.join(scheduling.profiles)})")
+    if slo not in SLO_MODES:
+        raise ValueError(f"slo must be one of {SLO_MODES}")
+    work_dir = out_dir / "workloads"
+    raw = [materialise(split, e, work_dir) for split, e in suite(name, full_traces=full_traces)]
+    workloads = _map(_prepare_one, [(w, base) for w in raw], jobs, on_prepared)
+    tasks = tasks_for(workloads, base, policies, loads, slo)
+    # cheapest workloads first (virtual seconds to simulate: requests / saturation rate), so a
+    # suite cut short has whole workloads; the results keep the suite's order
+    cost = {w.name: w.spec.get("requests", w.limit or 0) / w.saturation["cluster_rps"]
+            for w in workloads if w.saturation}  # fmt: skip
+    order = sorted(range(len(tasks)), key=lambda i: (cost[tasks[i].workload.name], i))
+    done = _map(run_task, [tasks[i] for i in order], jobs, on_done)
+    by_task = dict(zip(order, done, strict=True))
+    results = [r for i in range(len(tasks)) for r in by_task[i]]
+    return workloads, results
+
+
+def write_suite_outputs(
+    name: str, base: LabConfig, loads: Sequence[float], slo: str,
+    workloads: Sequence[Workload], results: Sequence[dict], out_dir: Path,
+    commit_id: str | None = None,
+) -> list[Path]:  # fmt: skip
+    """``results.json`` (every run's report), ``summary.json``, ``summary.md`` and the plots
+    (:func:`bench.lab.summary.plot`); ``commit_id``: the checkout's commit when the runs
+    started (default: now)."""
+    import json
+
+    from bench.lab.summary import plot, summarise, summary_markdown
+
+    meta = {"suite": name, "pods": base.pods, "profile": base.profile, "seed": base.seed,
+            "streaming": base.streaming, "loads": list(loads), "slo": slo,
+            "commit": commit_id or commit()}  # fmt: skip
+    ws = [
+        {"name": w.name, "split": w.split, "family": w.family, "spec": w.spec,
+         "characterisation": w.characterisation, "saturation": w.saturation, "slo": w.slo}
+        for w in workloads
+    ]  # fmt: skip
+    s = summarise(results, ws, meta)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "results.json", out_dir / "summary.json", out_dir / "summary.md"]
+    paths[0].write_text(json.dumps(list(results), indent=1) + "\n")
+    paths[1].write_text(json.dumps(s, indent=1) + "\n")
+    paths[2].write_text(summary_markdown(s))
+    return paths + plot(s, out_dir)

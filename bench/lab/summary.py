@@ -1,0 +1,357 @@
+"""The suite's summary: one cell per (workload, load, policy), the worst case of each policy
+against the best other policy, and issue 18's done-means-1 check. Pure (dicts in, dicts and
+markdown out).
+
+A cell takes its latency metrics (TTFT p50/p90/p99, TPOT p90, E2E p90) from the run
+*without* SLO headers and its attainment, goodput and TTFT p99 from the run *with* them, as
+issue 18 reads them (with ``--slo on`` only, everything comes from the header runs; with
+``--slo off`` attainment and goodput are absent).
+
+Worst-case ratio of a policy on a metric: over every (workload, load) cell, its value
+divided by the best value among the *other* policies in that cell (the lowest for
+latencies, the highest for attainment and goodput), and the cell where that ratio is
+worst (highest for latencies, lowest for attainment and goodput). For attainment the worst
+difference in points is given too.
+
+Done-means 1 (issue 18) for ``policy`` (``headroom``) against the best of ``baselines`` in
+each cell: TTFT p90 <= 1.05x, TPOT p90 <= 1.10x, E2E p90 <= 1.10x; and at load >= 1.0
+TTFT p90 <= 0.7x gie-default's or attainment >= gie-default's + 10 points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+LATENCY = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90")
+HIGHER_BETTER = ("attainment", "goodput")
+METRICS = LATENCY + HIGHER_BETTER + ("ttft_p99_slo",)
+BASELINES = ("gie-default", "least-request", "cache-aware", "llmd-predicted")
+TOLERANCE = {"ttft_p90": 1.05, "tpot_p90": 1.10, "e2e_p90": 1.10}
+LEAD_TTFT_RATIO = 0.7  # at load >= 1.0: TTFT p90 <= 0.7x gie-default's ...
+LEAD_ATTAINMENT = 0.10  # ... or attainment >= gie-default's + 10 points
+LEAD_FROM_LOAD = 1.0
+
+
+def _latency(r: dict) -> dict:
+    return {
+        "ttft_p50": r["ttft_ms"]["p50"],
+        "ttft_p90": r["ttft_ms"]["p90"],
+        "ttft_p99": r["ttft_ms"]["p99"],
+        "tpot_p90": r["tpot_ms"]["p90"],
+        "e2e_p90": r["e2e_ms"]["p90"],
+    }
+
+
+def _with_slo(r: dict) -> dict:
+    return {
+        "attainment": r["slo"]["attainment"],
+        "goodput": r["slo"]["goodput_rps"],
+        "ttft_p99_slo": r["ttft_ms"]["p99"],
+        "rejected_slo": r["rejected"],
+    }
+
+
+def cells(results: Sequence[dict]) -> list[dict]:
+    """One cell per (workload, load, policy), in the order of first appearance."""
+    out: dict[tuple, dict] = {}
+    headers_only = not any(not r.get("slo_headers") for r in results)
+    for r in results:
+        key = (r["workload"], r["load"], r["policy"])
+        c = out.setdefault(key, {"workload": key[0], "load": key[1], "policy": key[2],
+                                 **dict.fromkeys(METRICS)})  # fmt: skip
+        if r.get("slo_headers"):
+            c.update(_with_slo(r))
+            c["slo_from_headerless"] = r.get("slo_from_headerless", False)
+            if headers_only:
+                c.update(_latency(r))
+        else:
+            c.update(_latency(r))
+    return list(out.values())
+
+
+def _index(cs: Sequence[dict]) -> dict[tuple, dict[str, dict]]:
+    by: dict[tuple, dict[str, dict]] = {}
+    for c in cs:
+        by.setdefault((c["workload"], c["load"]), {})[c["policy"]] = c
+    return by
+
+
+def _ratio(v: float, best: float) -> float | None:
+    if best == 0:
+        return 1.0 if v == 0 else None
+    return v / best
+
+
+def worst_case(cs: Sequence[dict], policies: Sequence[str]) -> dict[str, dict[str, dict]]:
+    """{policy: {metric: {ratio, vs, workload, load, value, best[, points]}}}"""
+    by = _index(cs)
+    out: dict[str, dict[str, dict]] = {}
+    for p in policies:
+        per: dict[str, dict] = {}
+        for m in METRICS:
+            higher = m in HIGHER_BETTER
+            worst = None
+            for (w, load), row in by.items():
+                mine = row.get(p, {}).get(m)
+                others = [(c[m], q) for q, c in row.items() if q != p and c.get(m) is not None]
+                if mine is None or not others:
+                    continue
+                best, vs = max(others) if higher else min(others)
+                ratio = _ratio(mine, best)
+                if ratio is None:
+                    continue
+                if worst is None or (ratio < worst["ratio"] if higher else ratio > worst["ratio"]):
+                    worst = {"ratio": round(ratio, 4), "vs": vs, "workload": w, "load": load,
+                             "value": mine, "best": best}  # fmt: skip
+                    if m == "attainment":
+                        worst["points"] = round(100 * (mine - best), 2)
+            if worst is not None:
+                per[m] = worst
+        out[p] = per
+    return out
+
+
+def done_means_1(
+    cs: Sequence[dict], policy: str = "headroom", baselines: Sequence[str] = BASELINES
+) -> dict:
+    """Issue 18's done-means 1 for ``policy``: every failing cell, with the numbers."""
+    by = _index(cs)
+    failures: list[dict] = []
+    checked = 0
+    for (w, load), row in by.items():
+        me = row.get(policy)
+        base = {b: row[b] for b in baselines if b in row}
+        if me is None or not base:
+            continue
+        checked += 1
+        for m, tol in TOLERANCE.items():
+            vals = [(c[m], b) for b, c in base.items() if c.get(m) is not None]
+            if me.get(m) is None or not vals:
+                continue
+            best, vs = min(vals)
+            if me[m] > tol * best:
+                failures.append({"workload": w, "load": load, "check": f"{m} <= {tol:g}x best",
+                                 "value": me[m], "best": best, "vs": vs,
+                                 "ratio": round(me[m] / best, 3) if best else None})  # fmt: skip
+        gie = row.get("gie-default")
+        if load >= LEAD_FROM_LOAD and gie is not None:
+            t_me, t_gie = me.get("ttft_p90"), gie.get("ttft_p90")
+            a_me, a_gie = me.get("attainment"), gie.get("attainment")
+            ttft_ok = t_me is not None and t_gie is not None and t_me <= LEAD_TTFT_RATIO * t_gie
+            att_ok = a_me is not None and a_gie is not None and a_me >= a_gie + LEAD_ATTAINMENT
+            if not (ttft_ok or att_ok):
+                failures.append({
+                    "workload": w, "load": load,
+                    "check": f"ttft_p90 <= {LEAD_TTFT_RATIO:g}x gie-default or attainment >= "
+                             f"gie-default + {100 * LEAD_ATTAINMENT:g} pts",
+                    "value": t_me, "best": t_gie, "vs": "gie-default",
+                    "ratio": round(t_me / t_gie, 3) if t_me is not None and t_gie else None,
+                    "points": None if a_me is None or a_gie is None
+                    else round(100 * (a_me - a_gie), 2),
+                })  # fmt: skip
+    return {"policy": policy, "baselines": [b for b in baselines], "cells_checked": checked,
+            "pass": checked > 0 and not failures, "failures": failures}  # fmt: skip
+
+
+def summarise(results: Sequence[dict], workloads: Sequence[dict], meta: dict) -> dict:
+    policies = list(dict.fromkeys(r["policy"] for r in results))
+    cs = cells(results)
+    dm = done_means_1(cs) if "headroom" in policies else None
+    return {**meta, "policies": policies, "workloads": list(workloads), "cells": cs,
+            "worst_case": worst_case(cs, policies), "done_means_1": dm}  # fmt: skip
+
+
+# --- markdown -----------------------------------------------------------------------------
+def _f(v, nd: int = 0, pct: bool = False) -> str:
+    if v is None:
+        return "–"
+    if pct:
+        return f"{100 * v:.1f}%"
+    return f"{v:,.{nd}f}"
+
+
+def workloads_markdown(workloads: Sequence[dict]) -> str:
+    lines = [
+        "| workload | split | family | requests | prompt mean / p90 / max | output mean / p90 "
+        "| block repeats | rate req/s | arrival CV | saturation req/s | SLO TTFT / TPOT ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for w in workloads:
+        c, s, slo = w["characterisation"], w["saturation"], w["slo"]
+        p, o = c["prompt"], c["output"]
+        rep = "–" if c["block_repeat"] is None else f"{100 * c['block_repeat']:.1f}%"
+        lines.append(
+            f"| {w['name']} | {w['split']} | {w['family']} | {c['requests']:,} "
+            f"| {p['mean']:,.0f} / {p['p90']:,.0f} / {p['max']:,} | {o['mean']:,.0f} / "
+            f"{o['p90']:,.0f} | {rep} | {_f(c['rate_rps'], 2)} | {_f(c['arrival_cv'], 2)} "
+            f"| {_f(s['cluster_rps'], 2)} | {slo['ttft_ms']:g} / {slo['tpot_ms']:g} |"
+        )
+    lines += ["", "Parameters:", ""]
+    for w in workloads:
+        spec = w["spec"]
+        seed = f" (seed {spec['seed']})" if "seed" in spec else ""
+        lines.append(f"- `{w['name']}`{seed}: {spec['description']}")
+    return "\n".join(lines) + "\n"
+
+
+def cells_markdown(cs: Sequence[dict]) -> str:
+    lines = []
+    for w in dict.fromkeys(c["workload"] for c in cs):
+        lines += [
+            f"#### {w}", "",
+            "| load | policy | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p90 | E2E p90 "
+            "| attainment | goodput rps | TTFT p99 w/ SLO |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]  # fmt: skip
+        for c in cs:
+            if c["workload"] != w:
+                continue
+            lines.append(
+                f"| {c['load']:g} | {c['policy']} | {_f(c['ttft_p50'])} | {_f(c['ttft_p90'])} "
+                f"| {_f(c['ttft_p99'])} | {_f(c['tpot_p90'], 1)} | {_f(c['e2e_p90'])} "
+                f"| {_f(c['attainment'], pct=True)} | {_f(c['goodput'], 2)} "
+                f"| {_f(c['ttft_p99_slo'])} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def worst_markdown(wc: dict[str, dict[str, dict]]) -> str:
+    shown = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90", "attainment", "goodput")
+    lines = [
+        "| policy | " + " | ".join(shown) + " |",
+        "|---|" + "---:|" * len(shown),
+    ]
+    for p, per in wc.items():
+        cols = []
+        for m in shown:
+            x = per.get(m)
+            if x is None:
+                cols.append("–")
+                continue
+            extra = f", {x['points']:+.1f} pts" if "points" in x else ""
+            cols.append(f"{x['ratio']:.2f}x{extra} vs {x['vs']} ({x['workload']} @ {x['load']:g})")
+        lines.append(f"| {p} | " + " | ".join(cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def done_markdown(dm: dict | None) -> str:
+    if dm is None:
+        return "Done-means 1 not checked (no `headroom` runs).\n"
+    head = (
+        f"Done-means 1 for `{dm['policy']}` vs the best of {', '.join(dm['baselines'])}: "
+        f"{dm['cells_checked']} (workload, load) cells, **{'pass' if dm['pass'] else 'FAIL'}**"
+        f" ({len(dm['failures'])} failing checks).\n"
+    )
+    if not dm["failures"]:
+        return head
+    lines = [head, "| workload | load | check | headroom | best | vs | ratio | attainment pts |",
+             "|---|---:|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    for f in dm["failures"]:
+        pts = f.get("points")
+        lines.append(
+            f"| {f['workload']} | {f['load']:g} | {f['check']} | {_f(f['value'], 1)} "
+            f"| {_f(f['best'], 1)} | {f['vs']} | {_f(f['ratio'], 2)} "
+            f"| {'–' if pts is None else f'{pts:+.1f}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def versus_markdown(cs: Sequence[dict], policy: str = "headroom",
+                    baselines: Sequence[str] = BASELINES) -> str:  # fmt: skip
+    """Per (workload, load): ``policy``'s TTFT/TPOT/E2E p90 over the best baseline's (which
+    one in brackets), its TTFT p90 over gie-default's and its attainment minus
+    gie-default's, in points (done-means 1, cell by cell)."""
+    lines = [
+        f"| workload | load | {policy} TTFT p90 ms | TTFT p90 / best | TPOT p90 / best "
+        "| E2E p90 / best | TTFT p90 / gie-default | attainment | vs gie-default |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (w, load), row in _index(cs).items():
+        me = row.get(policy)
+        base = {b: row[b] for b in baselines if b in row}
+        if me is None or not base:
+            continue
+
+        def vs(m: str, me: dict = me, base: dict = base) -> str:
+            vals = [(c[m], b) for b, c in base.items() if c.get(m) is not None]
+            if me.get(m) is None or not vals:
+                return "–"
+            best, b = min(vals)
+            return f"{me[m] / best:.2f} ({b})" if best else "–"
+
+        gie = row.get("gie-default", {})
+        t, tg = me.get("ttft_p90"), gie.get("ttft_p90")
+        a, ag = me.get("attainment"), gie.get("attainment")
+        lines.append(
+            f"| {w} | {load:g} | {_f(t)} | {vs('ttft_p90')} | {vs('tpot_p90')} "
+            f"| {vs('e2e_p90')} | {'–' if t is None or not tg else f'{t / tg:.2f}'} "
+            f"| {_f(a, pct=True)} | {'–' if a is None or ag is None else f'{100 * (a - ag):+.1f} pts'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(s: dict) -> str:
+    head = (
+        f"# Lab suite `{s['suite']}`\n\n"
+        f"{s['pods']} pods, {s['profile']}, seed {s['seed']}, streaming {s['streaming']}, "
+        f"loads {', '.join(f'{x:g}' for x in s['loads'])} (of each workload's saturation "
+        f"estimate), SLO mode {s['slo']}, commit {s.get('commit') or '?'}. Latencies in ms "
+        "from the runs without SLO headers; attainment, goodput and TTFT p99 w/ SLO from the "
+        "runs with them.\n"
+    )
+    return "\n".join([
+        head, "## Workloads", "", workloads_markdown(s["workloads"]),
+        "## Worst case against the best other policy", "", worst_markdown(s["worst_case"]),
+        "## Issue 18 done-means 1", "", done_markdown(s["done_means_1"]),
+        "", versus_markdown(s["cells"]) if "headroom" in s["policies"] else "",
+        "## Cells", "", cells_markdown(s["cells"]),
+    ])  # fmt: skip
+
+
+def plot(s: dict, out_dir) -> list:
+    """``suite_ttft_p90.png`` (runs without SLO headers) and ``suite_attainment.png`` (with
+    them): one panel per workload, one line per policy over the loads."""
+    import math
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cs, policies = s["cells"], s["policies"]
+    names = list(dict.fromkeys(c["workload"] for c in cs))
+    written = []
+    for metric, fname, label, log in (
+        ("ttft_p90", "suite_ttft_p90.png", "TTFT p90 ms (no SLO headers)", True),
+        ("attainment", "suite_attainment.png", "SLO attainment (with SLO headers)", False),
+    ):
+        if not any(c.get(metric) is not None for c in cs):
+            continue
+        cols = min(3, len(names))
+        rows = math.ceil(len(names) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), dpi=100,
+                                 squeeze=False)  # fmt: skip
+        for ax, w in zip(axes.flat, names, strict=False):
+            for p in policies:
+                pts = sorted((c["load"], c[metric]) for c in cs
+                             if c["workload"] == w and c["policy"] == p
+                             and c.get(metric) is not None)  # fmt: skip
+                if pts:
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+            ax.set_title(w, fontsize=9)
+            if log:
+                ax.set_yscale("log")
+            ax.grid(True, alpha=0.3)
+            ax.tick_params(labelsize=7)
+        for ax in list(axes.flat)[len(names) :]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=6)
+        fig.suptitle(f"suite {s['suite']}: {label} vs load", fontsize=10)
+        fig.tight_layout()
+        path = Path(out_dir) / fname
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,271 @@
+"""The workload suite (bench/lab/suite.py, suite_run.py, summary.py): train and validation
+are disjoint, the summary's cells, worst-case ratios and done-means-1 check on small report
+dicts, the SLO-blind profiles, the SLO rule, and `lab compare --suite` end to end."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.lab.config import LabConfig
+from bench.lab.run import run_lab
+from bench.lab.suite import SMOKE, TRAIN, VALIDATION, suite
+from bench.lab.suite_run import SLO_BLIND, materialise, slo_rule, tasks_for
+from bench.lab.summary import cells, done_means_1, summarise, summary_markdown, worst_case
+from bench.lab.workloads import Arrival, Chat, TraceSlice, WorkloadSpec, params_dict
+from services.cli import main
+
+
+def generated(entries):
+    return [e for e in entries if isinstance(e, WorkloadSpec)]
+
+
+# --- the suites ---------------------------------------------------------------------------
+def test_train_and_validation_are_disjoint():
+    train, val = generated(TRAIN), generated(VALIDATION)
+    assert not {e.seed for e in train} & {e.seed for e in val}
+    assert not {e.name for e in TRAIN} & {e.name for e in VALIDATION}
+
+    # different parameter values, not just seeds: no validation workload's parameters (or
+    # those of any part of a mix) equal a training workload's
+    def parts(e):
+        p = e.params
+        return [params_dict(q) for _, q in p.parts] if p.family == "mix" else [params_dict(p)]
+
+    train_params = [x for e in train for x in parts(e)]
+    for e in val:
+        for x in parts(e):
+            assert x not in train_params, e.name
+    # the real traces: the first half for training, the second for validation
+    t_slices = [e for e in TRAIN if isinstance(e, TraceSlice)]
+    v_slices = [e for e in VALIDATION if isinstance(e, TraceSlice)]
+    assert sorted(e.file for e in t_slices) == sorted(e.file for e in v_slices)
+    assert {e.half for e in t_slices} == {1} and {e.half for e in v_slices} == {2}
+    for t in t_slices:
+        v = next(e for e in v_slices if e.file == t.file)
+        for total in (12031, 8819, 10):
+            for window in (None, t.window):
+                (a, n), (b, m) = (replace(x, window=window).offset_limit(total) for x in (t, v))
+                assert a + n <= b and b + m <= total and n > 0 and m > 0
+
+
+def test_each_split_covers_every_kind_of_traffic():
+    for entries in (TRAIN, VALIDATION):
+        fams = {e.family for e in entries}
+        assert fams == {"chat", "multiturn", "rag", "code", "agentic", "mix", "trace"}
+        assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff"
+                   for e in generated(entries))  # fmt: skip
+        assert {e.file for e in entries if isinstance(e, TraceSlice)} == {
+            "mooncake_conversation.jsonl", "azure_2023_code.csv"}  # fmt: skip
+        assert all(500 <= e.requests <= 3000 for e in generated(entries))
+
+
+def test_suite_lookup():
+    assert [s for s, _ in suite("all")] == ["train"] * len(TRAIN) + ["validation"] * len(VALIDATION)
+    full = [e for _, e in suite("train", full_traces=True) if isinstance(e, TraceSlice)]
+    assert full and all(e.window is None for e in full)
+    with pytest.raises(ValueError, match="unknown suite"):
+        suite("nope")
+
+
+def test_a_missing_real_trace_says_where_to_put_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HEADROOM_TRACES_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="HEADROOM_TRACES_DIR"):
+        materialise("train", TRAIN[-1], tmp_path)
+
+
+# --- the SLO rule and the SLO-blind profiles ----------------------------------------------
+def _shape(p50, repeat):
+    return {"prompt": {"p50": p50}, "block_repeat": repeat}
+
+
+def test_slo_rule_follows_the_shape():
+    prof = LabConfig(trace="-").engine_profile()
+    short, long_ = slo_rule(_shape(800, 0.0), prof), slo_rule(_shape(12_000, 0.0), prof)
+    assert short == {"ttft_ms": 300.0, "tpot_ms": 60.0}  # the floors / 8 x idle TPOT
+    assert long_["ttft_ms"] > 1000 and long_["ttft_ms"] % 50 == 0
+    cached = slo_rule(_shape(12_000, 0.8), prof)  # a warm cache leaves less to prefill
+    assert cached["ttft_ms"] < long_["ttft_ms"]
+
+
+def test_slo_blind_profiles_route_the_same_with_and_without_slo_headers(tmp_path):
+    """suite_run.SLO_BLIND: these profiles' runs with SLO headers are not run, their
+    attainment is read from the run without them; this holds only while their decisions do
+    not depend on the headers."""
+    spec = WorkloadSpec("b", Chat(arrival=Arrival("poisson", 30.0)), seed=3, requests=80)
+    path = spec.write(tmp_path / "b.jsonl")
+    for policy in sorted(SLO_BLIND):
+        runs = []
+        for slo in ((None, None), (150.0, 20.0)):
+            recs: list = []
+            cfg = LabConfig(trace=str(path), policy=policy, pods=2, rate_scale=3.0,
+                            slo_ttft_ms=slo[0], slo_tpot_ms=slo[1], streaming=True)  # fmt: skip
+            run_lab(cfg, records_out=recs)
+            runs.append([(r.pod, r.status, r.first_token_s, r.finished_s) for r in recs])
+        assert runs[0] == runs[1], policy
+
+
+def test_tasks_skip_header_runs_of_slo_blind_policies():
+    from bench.lab.suite_run import Workload
+
+    w = Workload("w", "train", "chat", "-", 0, None, {})
+    base = LabConfig(trace="-")
+    both = tasks_for([w], base, ["gie-default", "headroom"], [1.0], "both")
+    assert [(t.policy, t.headers, t.derive_slo) for t in both] == [
+        ("gie-default", False, True), ("headroom", False, False), ("headroom", True, False)]  # fmt: skip
+    on = tasks_for([w], base, ["gie-default", "headroom"], [1.0], "on")
+    assert [(t.policy, t.headers, t.derive_slo, t.keep_plain) for t in on] == [
+        ("gie-default", False, True, False), ("headroom", True, False, True)]  # fmt: skip
+    off = tasks_for([w], base, ["gie-default", "headroom"], [1.0], "off")
+    assert [(t.headers, t.derive_slo) for t in off] == [(False, False), (False, False)]
+
+
+# --- the summary on small report dicts ----------------------------------------------------
+def report(workload, load, policy, ttft90, *, tpot90=10.0, e2e90=1000.0, att=None, headers=False):
+    return {
+        "workload": workload, "load": load, "policy": policy, "slo_headers": headers,
+        "ttft_ms": {"p50": ttft90 / 2, "p90": ttft90, "p99": ttft90 * 2},
+        "tpot_ms": {"p90": tpot90}, "e2e_ms": {"p90": e2e90}, "rejected": 0,
+        "slo": {"attainment": att, "goodput_rps": None if att is None else 10 * att},
+    }  # fmt: skip
+
+
+def small_results():
+    out = []
+    for load in (0.8, 1.0):
+        out += [
+            report("w", load, "gie-default", 100.0),
+            report("w", load, "least-request", 90.0, tpot90=12.0),
+            report("w", load, "headroom", 95.0 if load == 0.8 else 60.0, tpot90=11.5),
+            report("w", load, "gie-default", 110.0, att=0.80, headers=True),
+            report("w", load, "least-request", 95.0, att=0.82, headers=True),
+            report("w", load, "headroom", 90.0, att=0.85, headers=True),
+        ]
+    out += [
+        report("v", 1.2, "gie-default", 100.0, e2e90=900.0),
+        report("v", 1.2, "headroom", 80.0, e2e90=1000.0),
+        report("v", 1.2, "gie-default", 100.0, att=0.5, headers=True),
+        report("v", 1.2, "headroom", 80.0, att=0.55, headers=True),
+    ]
+    return out
+
+
+def test_cells_take_latency_without_headers_and_attainment_with_them():
+    cs = cells(small_results())
+    assert len(cs) == 8
+    c = next(c for c in cs if (c["workload"], c["load"], c["policy"]) == ("w", 1.0, "headroom"))
+    assert c["ttft_p90"] == 60.0 and c["ttft_p99"] == 120.0 and c["attainment"] == 0.85
+    assert c["ttft_p99_slo"] == 180.0 and c["goodput"] == pytest.approx(8.5)
+    # headers only (--slo on): the latencies come from the header runs
+    on = cells([r for r in small_results() if r["slo_headers"]])
+    assert next(c for c in on if c["policy"] == "headroom")["ttft_p90"] == 90.0
+
+
+def test_worst_case_ratio_against_the_best_other_policy():
+    wc = worst_case(cells(small_results()), ["gie-default", "least-request", "headroom"])
+    h = wc["headroom"]
+    # TTFT p90: 95 / 90 at (w, 0.8) is its worst (60 / 90 and 80 / 100 elsewhere)
+    assert h["ttft_p90"]["ratio"] == pytest.approx(95 / 90, abs=1e-4)
+    assert (h["ttft_p90"]["vs"], h["ttft_p90"]["workload"], h["ttft_p90"]["load"]) == (
+        "least-request", "w", 0.8)  # fmt: skip
+    assert h["e2e_p90"]["ratio"] == pytest.approx(1000 / 900, abs=1e-4)
+    assert h["tpot_p90"]["ratio"] == pytest.approx(11.5 / 10, abs=1e-4)
+    # attainment: higher is better, so the worst is the lowest ratio; headroom leads everywhere
+    assert h["attainment"]["ratio"] == pytest.approx(0.85 / 0.82, abs=1e-4)  # not 0.55 / 0.5
+    assert h["attainment"]["points"] == pytest.approx(3.0)
+    lr = wc["least-request"]
+    assert lr["attainment"]["ratio"] == pytest.approx(0.82 / 0.85, abs=1e-4)
+    assert lr["attainment"]["points"] == pytest.approx(-3.0)
+
+
+def test_done_means_1_lists_every_failing_cell():
+    dm = done_means_1(cells(small_results()))
+    assert dm["cells_checked"] == 3 and dm["pass"] is False
+    got = sorted((f["workload"], f["load"], f["check"].split()[0]) for f in dm["failures"])
+    # (w, 0.8): TTFT p90 95 > 1.05 x 90 (least-request) and TPOT 11.5 > 1.1 x 10 (gie);
+    # (w, 1.0): TPOT again, TTFT 60 <= 0.7 x 100 so the lead holds;
+    # (v, 1.2): E2E 1000 > 1.1 x 900, and neither TTFT 80 <= 70 nor +5 pts >= +10 pts
+    assert got == [("v", 1.2, "e2e_p90"), ("v", 1.2, "ttft_p90"), ("w", 0.8, "tpot_p90"),
+                   ("w", 0.8, "ttft_p90"), ("w", 1.0, "tpot_p90")]  # fmt: skip
+    lead = next(f for f in dm["failures"] if f["workload"] == "v" and "gie" in f["check"])
+    assert lead["ratio"] == 0.8 and lead["points"] == pytest.approx(5.0)
+    ok = [r for r in small_results() if r["workload"] == "w" and r["load"] == 1.0]
+    for r in ok:
+        r["tpot_ms"]["p90"] = 10.0
+    assert done_means_1(cells(ok))["pass"] is True
+
+
+def test_summary_markdown_names_the_failures():
+    ws = [{"name": "w", "split": "train", "family": "chat",
+           "spec": {"seed": 1, "description": "prompt 800/2000"},
+           "characterisation": {"requests": 10, "prompt": {"mean": 1, "p90": 2, "max": 3},
+                                "output": {"mean": 1, "p90": 2}, "block_repeat": 0.0,
+                                "rate_rps": 1.0, "arrival_cv": 1.0},
+           "saturation": {"cluster_rps": 5.0}, "slo": {"ttft_ms": 300, "tpot_ms": 60}}]  # fmt: skip
+    meta = {"suite": "t", "pods": 8, "profile": "p", "seed": 0, "streaming": True,
+            "loads": [0.8, 1.0, 1.2], "slo": "both", "commit": "abc"}  # fmt: skip
+    s = summarise(small_results(), ws, meta)
+    md = summary_markdown(s)
+    assert "**FAIL** (5 failing checks)" in md and "| v | 1.2 | e2e_p90 <= 1.1x best |" in md
+    assert "1.06x vs least-request (w @ 0.8)" in md and "`w` (seed 1): prompt 800/2000" in md
+    json.dumps(s)
+
+
+# --- end to end ---------------------------------------------------------------------------
+def cli(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return e.value.code
+
+
+def test_lab_compare_suite_end_to_end_and_jobs_do_not_change_results(tmp_path, capsys):
+    argv = ["lab", "compare", "--suite", "smoke", "--pods", "2", "--policies",
+            "least-request,headroom", "--loads", "1.0", "--streaming", "--quiet"]  # fmt: skip
+    assert cli([*argv, "--jobs", "2", "--out", str(tmp_path / "j2")]) == 0
+    assert cli([*argv, "--jobs", "1", "--out", str(tmp_path / "j1")]) == 0
+    s = json.loads((tmp_path / "j2" / "summary.json").read_text())
+    assert [w["name"] for w in s["workloads"]] == [e.name for e in SMOKE]
+    assert {(c["workload"], c["policy"]) for c in s["cells"]} == {
+        (e.name, p) for e in SMOKE for p in ("least-request", "headroom")}  # fmt: skip
+    assert all(c["attainment"] is not None for c in s["cells"])
+    assert s["done_means_1"]["cells_checked"] == 2
+    assert "## Issue 18 done-means 1" in (tmp_path / "j2" / "summary.md").read_text()
+    assert (tmp_path / "j2" / "workloads" / "smoke-chat.jsonl").is_file()
+    assert (tmp_path / "j2" / "suite_ttft_p90.png").is_file()
+    assert (tmp_path / "j2" / "suite_attainment.png").is_file()
+
+    def strip(p: Path):
+        return [{k: v for k, v in r.items() if k != "wall_seconds"}
+                for r in json.loads(p.read_text())]  # fmt: skip
+
+    assert strip(tmp_path / "j1" / "results.json") == strip(tmp_path / "j2" / "results.json")
+    partial = (tmp_path / "j2" / "results.partial.jsonl").read_text().splitlines()
+    assert len(partial) == len(json.loads((tmp_path / "j2" / "results.json").read_text()))
+    assert len((tmp_path / "j2" / "workloads.partial.jsonl").read_text().splitlines()) == 2
+    assert cli(["lab", "compare", "--suite", "smoke", "--trace", "x", "--out",
+                str(tmp_path / "bad")]) == 2  # fmt: skip
+    assert "picks its own traces" in capsys.readouterr().err
+
+
+def test_lab_workloads_prints_the_characterisation(tmp_path, capsys):
+    assert cli(["lab", "workloads", "--suite", "smoke", "--json", "--write", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [w["name"] for w in out] == [e.name for e in SMOKE]
+    assert out[0]["characterisation"]["block_repeat"] == 0.0
+    assert out[1]["spec"]["params"]["family"] == "agentic"
+    assert (tmp_path / "smoke-agentic.jsonl").is_file()
+    assert cli(["lab", "workloads", "--suite", "smoke"]) == 0
+    assert "| smoke-chat | smoke | chat | 40 |" in capsys.readouterr().out
+
+
+def test_lab_workloads_characterises_any_trace(capsys):
+    from bench.lab.synthetic import TRACE_SLICES_DIR
+
+    t = TRACE_SLICES_DIR / "mooncake_conversation_head400.jsonl"
+    assert cli(["lab", "workloads", "--trace", str(t), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["name"] == t.name and row["characterisation"]["requests"] == 400
+    assert 0 < row["characterisation"]["block_repeat"] < 1
