@@ -238,6 +238,9 @@ def summary_line(r: dict) -> str:
         parts.append(f"SLO attainment {100 * slo:.1f}%")
     if pred.get("ttft_mape") is not None:
         parts.append(f"MAPE ttft {pred['ttft_mape']:.3f} tpot {pred['tpot_mape']:.3f}")
+    regret = r.get("regret_ms") or {}
+    if regret.get("sampled"):
+        parts.append(f"regret p50/p90 {regret['p50']}/{regret['p90']} ms ({regret['sampled']})")
     parts.append(f"wall {r['wall_seconds']} s")
     return "; ".join(parts)
 

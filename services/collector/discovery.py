@@ -22,6 +22,7 @@ class PodTarget:
     name: str
     url: str
     metrics_url: str | None = None
+    hardware_class: str | None = None  # from the pod's label (Kubernetes discovery)
 
 
 class Discovery(Protocol):

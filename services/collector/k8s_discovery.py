@@ -73,10 +73,12 @@ def pod_target(
     scheme: str = "http",
     metrics_port: int = 0,
     metrics_path: str = "/metrics",
+    hardware_class_label: str = "",
 ) -> PodTarget | None:
     """The scrape target of a pod object (a dict as the API returns it), or None when the
     pod must not receive traffic. ``metrics_port`` (0: the serving port) is where its
-    Prometheus metrics are served."""
+    Prometheus metrics are served; the value of its ``hardware_class_label`` label (when
+    set) is its hardware class."""
     if not is_ready(pod):
         return None
     name = (pod.get("metadata") or {}).get("name")
@@ -86,7 +88,11 @@ def pod_target(
     metrics_url = None
     if metrics_port and metrics_port != port:
         metrics_url = f"{scheme}://{host}:{metrics_port}{metrics_path}"
-    return PodTarget(name, f"{scheme}://{host}:{port}", metrics_url)
+    hw = None
+    if hardware_class_label:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        hw = str(labels.get(hardware_class_label) or "").strip() or None
+    return PodTarget(name, f"{scheme}://{host}:{port}", metrics_url, hw)
 
 
 @dataclass(slots=True)
@@ -97,11 +103,15 @@ class PodSet:
     scheme: str = "http"
     metrics_port: int = 0
     metrics_path: str = "/metrics"
+    hardware_class_label: str = ""
     _targets: dict[str, PodTarget] = field(default_factory=dict)
     _sorted: tuple[PodTarget, ...] = ()
 
     def _target(self, pod: Mapping[str, Any]) -> PodTarget | None:
-        return pod_target(pod, self.port, self.scheme, self.metrics_port, self.metrics_path)
+        return pod_target(
+            pod, self.port, self.scheme, self.metrics_port, self.metrics_path,
+            self.hardware_class_label,
+        )  # fmt: skip
 
     def _changed(self) -> None:
         self._sorted = tuple(self._targets[k] for k in sorted(self._targets))
@@ -194,6 +204,7 @@ class KubernetesDiscovery:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         sync_timeout_s: float = 10.0,
+        hardware_class_label: str = "",
     ) -> None:
         if not label_selector:
             raise ValueError("Kubernetes discovery needs a label selector")
@@ -204,7 +215,7 @@ class KubernetesDiscovery:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.sync_timeout_s = sync_timeout_s
-        self.pods = PodSet(port, scheme, metrics_port, metrics_path)
+        self.pods = PodSet(port, scheme, metrics_port, metrics_path, hardware_class_label)
         self.stats = DiscoveryStats()
         self.resource_version: str | None = None
         self.synced = asyncio.Event()

@@ -77,6 +77,7 @@ class ParseResult:
     prefill_backlog: float | None = None  # requests queued for prefill
     slots_used: float | None = None  # 0..1, batch (decode-slot) fullness
     kv_capacity_tokens: float | None = None  # KV-cache capacity (vLLM cache_config_info)
+    hardware_class: str | None = None  # headroom_hardware_info{class=...} (the simulator's)
     ignored: int = 0  # malformed lines and wanted samples with unusable (NaN/Inf) values
     found: int = 0  # samples of wanted metrics that were used
 
@@ -101,7 +102,7 @@ class _Acc:
     """Sums and counts per metric name over label sets, models and the newest LoRA label set
     per ``lora_key`` label; malformed and non-finite samples are counted as ignored."""
 
-    __slots__ = ("cache_info", "counts", "ignored", "lora_newest", "models", "sums")
+    __slots__ = ("cache_info", "counts", "hardware", "ignored", "lora_newest", "models", "sums")
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
@@ -110,6 +111,7 @@ class _Acc:
         self.lora_newest: dict[str, tuple[float, str]] = {}
         self.cache_info: dict[str, float] = {}  # engine -> KV capacity in tokens
         self.ignored = 0
+        self.hardware: str | None = None
 
     def feed(
         self,
@@ -127,6 +129,13 @@ class _Acc:
             model = s.labels.get("model_name")
             if model:
                 self.models.add(model)
+            if s.name == HARDWARE_INFO:
+                hw = s.labels.get("class", "").strip()
+                if hw and self.hardware is None:
+                    self.hardware = hw
+                elif not hw:
+                    self.ignored += 1
+                continue
             counts[s.name] = counts.get(s.name, 0) + 1
             if s.name == cache_info:
                 self._cache_info(s.labels)
@@ -179,10 +188,18 @@ class _Acc:
         return ParseResult(
             models=sorted(self.models),
             lora_adapters=self.adapters(),
+            hardware_class=self.hardware,
             ignored=self.ignored,
             found=sum(self.counts.values()),
             **fields,  # type: ignore[arg-type]
         )
+
+
+# Every engine's page may carry the pod's hardware class as an info gauge (the simulator
+# exposes it; a real server's class comes from its Kubernetes label, services/collector/
+# k8s_discovery.py). It does not count as one of the engine's metrics (``found``).
+HARDWARE_INFO = "headroom_hardware_info"
+_COMMON_WANTED = frozenset({HARDWARE_INFO})
 
 
 # --------------------------------------------------------------------------------------
@@ -199,7 +216,7 @@ VLLM_CACHE_INFO = "vllm:cache_config_info"
 _VLLM_WANTED = frozenset(
     {VLLM_WAITING, VLLM_RUNNING, VLLM_KV, VLLM_KV_OLD, VLLM_LORA, VLLM_CACHE_INFO, *VLLM_HITS,
      *VLLM_QUERIES}
-)  # fmt: skip
+) | _COMMON_WANTED  # fmt: skip
 
 
 def parse_vllm(text: str) -> ParseResult:
@@ -237,7 +254,9 @@ JS_GENERATE = "jetstream_generate_backlog_size"
 JS_SLOTS = "jetstream_slots_used_percentage"
 JS_KV = "kv_cache_utilization_perc"
 JS_LORA = "lora_request_info"
-_JS_WANTED = frozenset({JS_PREFILL, JS_TRANSFER, JS_GENERATE, JS_SLOTS, JS_KV, JS_LORA})
+_JS_WANTED = (
+    frozenset({JS_PREFILL, JS_TRANSFER, JS_GENERATE, JS_SLOTS, JS_KV, JS_LORA}) | _COMMON_WANTED
+)
 
 
 def parse_jetstream(text: str) -> ParseResult:
@@ -276,7 +295,7 @@ SGL_RUNNING = "sglang:num_running_reqs"
 SGL_QUEUE = "sglang:num_queue_reqs"
 SGL_TOKEN_USAGE = "sglang:token_usage"
 SGL_HIT_RATE = "sglang:cache_hit_rate"
-_SGL_WANTED = frozenset({SGL_RUNNING, SGL_QUEUE, SGL_TOKEN_USAGE, SGL_HIT_RATE})
+_SGL_WANTED = frozenset({SGL_RUNNING, SGL_QUEUE, SGL_TOKEN_USAGE, SGL_HIT_RATE}) | _COMMON_WANTED
 
 
 def parse_sglang(text: str) -> ParseResult:
@@ -299,7 +318,7 @@ def parse_sglang(text: str) -> ParseResult:
 # --------------------------------------------------------------------------------------
 TGI_QUEUE = "tgi_queue_size"
 TGI_BATCH = "tgi_batch_current_size"
-_TGI_WANTED = frozenset({TGI_QUEUE, TGI_BATCH})
+_TGI_WANTED = frozenset({TGI_QUEUE, TGI_BATCH}) | _COMMON_WANTED
 
 
 def parse_tgi(text: str) -> ParseResult:

@@ -98,6 +98,8 @@ def record_from_result(
         slots_used=result.slots_used,
         kv_capacity_tokens=result.kv_capacity_tokens,
         max_model_len=context_length,
+        # the pod's Kubernetes label wins over what its page says
+        hardware_class=target.hardware_class or result.hardware_class,
     )
 
 

@@ -247,6 +247,7 @@ def make_discovery(s: CollectorSettings) -> Discovery:
             metrics_path=s.metrics_path,
             api_url=s.k8s_api_url,
             watch_timeout_s=s.k8s_watch_timeout_s,
+            hardware_class_label=s.k8s_hardware_class_label,
         )
     return StaticDiscovery(s.pod_targets())
 

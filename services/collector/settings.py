@@ -64,6 +64,12 @@ class CollectorSettings(CommonSettings):
     k8s_label_selector: str = Field(
         "", description='Label selector of the pool\'s pods, e.g. "app=vllm-llama3-8b"'
     )
+    k8s_hardware_class_label: str = Field(
+        "headroom.dev/hardware-class",
+        description="Pod label holding the pod's hardware class (e.g. nvidia-h100-80gb): the "
+        "gateway keeps one prefill cost model per class; empty: not read (a pod's "
+        "headroom_hardware_info metric, where it has one, still names it)",
+    )
     k8s_target_port: int = Field(8000, ge=1, le=65535, description="Port scraped on each pod IP")
     k8s_metrics_port: int = Field(
         0, ge=0, le=65535, description="Port of the pods' /metrics when not the target port"

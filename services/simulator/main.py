@@ -42,12 +42,14 @@ class SimulatorProcess:
 
     async def start(self) -> None:
         s = self.settings
-        resolved = s.resolved()
-        for note in resolved.notes:
-            log.warning("vLLM args: %s", note)
-        if s.vllm_args:
-            log.info("engine: %s", resolved.describe())
-        for i, (name, port) in enumerate(zip(s.name_list(), s.port_list(), strict=True)):
+        pool = s.resolved_pool()
+        for resolved in {r.describe(): r for r in pool}.values():
+            for note in resolved.notes:
+                log.warning("vLLM args: %s", note)
+            if s.vllm_args:
+                log.info("engine: %s", resolved.describe())
+        pods = zip(s.name_list(), s.port_list(), pool, strict=True)
+        for i, (name, port, resolved) in enumerate(pods):
             pod = await start_pod(
                 name,
                 s.host,
@@ -59,7 +61,7 @@ class SimulatorProcess:
                 api_keys=s.api_keys(),
             )
             self.pods.append(pod)
-            log.info("pod %s serving %s at %s", name, s.model, pod.url)
+            log.info("pod %s (%s) serving %s at %s", name, resolved.profile.name, s.model, pod.url)
 
     async def stop(self) -> None:
         for pod in self.pods:

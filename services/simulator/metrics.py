@@ -94,6 +94,8 @@ E2E_BUCKETS = (
 )
 
 LABELS = ("model_name", "engine")
+# the pod's hardware class, read by the collector (services/collector/parsers.py)
+HARDWARE_INFO = "headroom_hardware_info"
 JETSTREAM_LABELS = ("id", "model_name")
 
 
@@ -164,6 +166,13 @@ class PodMetrics:
         for (handler, method, status), n in sorted(self.http_requests.items()):
             http.add_metric([handler, method, status], n)
         yield http
+        hw = self.engine.profile.hardware_class
+        if hw:
+            info = GaugeMetricFamily(
+                HARDWARE_INFO, "The pod's hardware class (always 1).", labels=("class",)
+            )
+            info.add_metric([hw], 1.0)
+            yield info
 
     def _collect_jetstream(self) -> Iterator[Metric]:
         """JetStream's names. Its prefill backlog is our waiting queue; the simulated engine

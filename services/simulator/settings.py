@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.simulator.profiles import PROFILES, Profile
+from services.simulator.profiles import PROFILES, Profile, parse_pool
 from services.simulator.vllm_args import DEFAULT_VLLM_VERSION, Resolved, resolve_named
 from shared.settings import CommonSettings
 
@@ -20,7 +20,11 @@ class SimulatorSettings(CommonSettings):
     host: str = Field("127.0.0.1", description="Interface every pod listens on")
     ports: str = Field("8001", description="Comma-separated ports, one simulated pod each")
     names: str = Field("", description="Comma-separated pod names (default pod-<i>)")
-    profile: str = Field("h100-llama3-8b", description="Engine profile (see profiles.py)")
+    profile: str = Field(
+        "h100-llama3-8b",
+        description="Engine profile (see profiles.py), or a mixed pool with counts summing to "
+        "the ports, pods in port order: h100-llama3-8b:4,a100-llama3-8b:4",
+    )
     vllm_args: str = Field(
         "",
         description="The pods' `vllm serve` engine flags, applied to the profile as vLLM "
@@ -42,8 +46,10 @@ class SimulatorSettings(CommonSettings):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, v: str) -> str:
-        if v not in PROFILES:
-            raise ValueError(f"unknown profile {v!r}; known: {sorted(PROFILES)}")
+        for part in v.split(","):
+            name = part.partition(":")[0].strip()
+            if name not in PROFILES:
+                raise ValueError(f"unknown profile {name!r}; known: {sorted(PROFILES)}")
         return v
 
     @field_validator("ports")
@@ -60,14 +66,21 @@ class SimulatorSettings(CommonSettings):
     @model_validator(mode="after")
     def _names_match_ports(self) -> SimulatorSettings:
         self.name_list()
-        self.resolved()  # invalid vLLM flags fail at startup
+        self.resolved_pool()  # invalid vLLM flags or pool counts fail at startup
         return self
 
     def api_keys(self) -> list[str]:
         return [k.strip() for k in self.api_key.get_secret_value().split(",") if k.strip()]
 
     def resolved(self) -> Resolved:
-        return resolve_named(self.profile, self.vllm_args or None, self.vllm_version)
+        """The first pod's engine (every pod's unless the profile names a mixed pool)."""
+        return self.resolved_pool()[0]
+
+    def resolved_pool(self) -> list[Resolved]:
+        """Each pod's engine, in port order (the same vLLM flags on every class)."""
+        names = parse_pool(self.profile, len(self.port_list()))
+        by_name = {n: resolve_named(n, self.vllm_args or None, self.vllm_version) for n in names}
+        return [by_name[n] for n in names]
 
     def engine_profile(self) -> Profile:
         return self.resolved().profile

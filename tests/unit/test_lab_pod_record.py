@@ -43,6 +43,8 @@ def test_adapter_matches_collector_parse_of_the_exposition(profile, parse):
     assert rec.prefix_hit_rate == pytest.approx(parsed.prefix_hit_rate, abs=1e-9)
     assert rec.waiting + rec.running + rec.kv_usage > 0
     assert rec.max_model_len == e.max_request_tokens  # what the pod's /v1/models reports
+    assert rec.hardware_class == parsed.hardware_class == e.profile.hardware_class
+    assert parsed.hardware_class.startswith(("nvidia-", "tpu-"))
 
 
 def test_idle_engine_record():
