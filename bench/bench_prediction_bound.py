@@ -7,7 +7,15 @@ prefix-cache hit). The same XGBoost models the trainer fits (200 trees, depth 6,
 targets) are then fitted on three feature sets, refitted every ``--step`` samples on all
 samples before and scored on the next ones, starting after ``--after`` samples:
 
-- ``gateway``: the 11 upstream features the gateway sends the predictor,
+- ``gateway``: the 11 upstream features (feature set v1, llm-d's),
+- ``gateway v2``: every column of the schema-2 row (v1 plus the pod view's own estimates:
+  backlog, cost-model prefill, their sum, protected decodes, decode batch, the gateway's
+  queue, max_tokens),
+- ``gateway v2, residual``: the same, fitted as a correction of the analytic estimate (the
+  booster's base margin is log(1 + estimate_ms), so the trees learn log(actual / estimate)),
+- ``gateway v2, queued split``: llm-d's split, one model for rows with ``is_queued`` and one
+  for the rest,
+- ``analytic estimate``: TTFT = backlog + cost-model prefill, no learning,
 - ``state oracle``: the engine's exact state plus the request's own tokens and real cache hit
   (what no router can know, only better than it),
 - ``gateway + state oracle``.
@@ -34,7 +42,9 @@ import xgboost as xgb
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from shared.features import TPOT_COLUMNS, TTFT_COLUMNS
+from shared.features import ALL_COLUMNS, ESTIMATE_COLUMN, FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
+
+QUEUED = FEATURES.index("is_queued")
 
 STATE = ("waiting", "running", "decoding", "prefill_tokens", "context_tokens", "decode_tokens")
 
@@ -72,20 +82,45 @@ def collect(config: LabConfig) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def walk_forward(
-    x: np.ndarray, y: np.ndarray, *, after: int, step: int, rounds: int = 200
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    after: int,
+    step: int,
+    rounds: int = 200,
+    base: np.ndarray | None = None,
+    split: np.ndarray | None = None,
 ) -> np.ndarray:
     """Predictions for rows ``after..`` from models fitted (log target) on all earlier rows,
-    refitted every ``step`` rows; NaN before ``after``."""
+    refitted every ``step`` rows; NaN before ``after``. ``base`` (ms per row): fit the
+    log-residual of it (base margin log1p(base)); ``split`` (bool per row): one model per
+    side."""
+    if split is not None:
+        pred = np.full(len(y), np.nan)
+        for side in (False, True):
+            m = split == side
+            if m.any():
+                b = None if base is None else base[m]
+                k = int((np.flatnonzero(m) < after).sum())
+                pred[m] = walk_forward(x[m], y[m], after=k, step=step, rounds=rounds, base=b)
+        return pred
     n = len(y)
     pred = np.full(n, np.nan)
     ok = np.isfinite(y)
+    margin = None if base is None else np.log1p(np.maximum(base, 0.0))
     params = {"max_depth": 6, "eta": 0.05, "nthread": 1, "tree_method": "hist", "seed": 0}
-    for start in range(after, n, step):
+    for start in range(max(after, 1), n, step):
         train = ok.copy()
         train[start:] = False
-        booster = xgb.train(params, xgb.DMatrix(x[train], np.log1p(y[train])), rounds)
+        if not train.any():
+            continue
+        dm = xgb.DMatrix(x[train], np.log1p(y[train]),
+                         base_margin=None if margin is None else margin[train])  # fmt: skip
+        booster = xgb.train(params, dm, rounds)
         stop = min(n, start + step)
-        pred[start:stop] = np.expm1(booster.predict(xgb.DMatrix(x[start:stop])))
+        test = xgb.DMatrix(x[start:stop],
+                           base_margin=None if margin is None else margin[start:stop])  # fmt: skip
+        pred[start:stop] = np.expm1(booster.predict(test))
     return pred
 
 
@@ -109,14 +144,24 @@ def evaluate(data: dict[str, np.ndarray], *, after: int, step: int, tail_s: floa
     scored = np.arange(n) >= after
     steady = scored & (d["t"] < d["t"].max() - tail_s)
     out: dict = {}
+    v2 = rows[:, list(ALL_COLUMNS)]
+    estimate = rows[:, ESTIMATE_COLUMN]
+    queued = rows[:, QUEUED] > 0
     for target, cols in (("ttft", TTFT_COLUMNS), ("tpot", TPOT_COLUMNS)):
         y = d[target]
         gw = rows[:, list(cols)]
-        sets = {"gateway": gw, "state oracle": oracle, "gateway + state oracle":
-                np.column_stack([gw, oracle])}  # fmt: skip
+        sets: dict = {"gateway": (gw, {}), "gateway v2": (v2, {}),
+                      "gateway v2, queued split": (v2, {"split": queued})}  # fmt: skip
+        if target == "ttft":
+            sets["gateway v2, residual"] = (v2, {"base": estimate})
+        sets["state oracle"] = (oracle, {})
+        sets["gateway + state oracle"] = (np.column_stack([gw, oracle]), {})
+        sets["gateway v2 + state oracle"] = (np.column_stack([v2, oracle]), {})
         res = {}
-        for name, x in sets.items():
-            pred = walk_forward(x, y, after=after, step=step)
+        if target == "ttft":
+            res["analytic estimate"] = errors(estimate, y, scored)
+        for name, (x, kw) in sets.items():
+            pred = walk_forward(x, y, after=after, step=step, **kw)
             res[name] = errors(pred, y, scored)
             if target == "tpot":
                 res[name]["without_final_drain"] = errors(pred, y, steady)

@@ -107,3 +107,63 @@ class DriftTracker:
     def count(self, target: str) -> int:
         r = self._rolling.get(target)
         return r.count if r is not None else 0
+
+
+class ShiftDetector:
+    """Notices a workload shift from live prediction error and says when it began (pure).
+
+    Fed the absolute percentage error of each served prediction (one target, e.g. TTFT) in
+    completion order with the sample's time. It keeps the mean over the last ``short``
+    errors and a slow reference level (an exponential average of that mean, with the
+    memory of ``reference_memory`` observations). When the recent mean exceeds ``ratio``
+    times the reference over a full window, :meth:`observe` returns the time of the oldest
+    error in that window (where the shift began, at the latest): the trainer then forgets
+    the samples before it and refits on the recent window. After a shift the detector
+    starts over: the reference is re-learned from the new traffic once ``short`` more errors
+    arrived, so a model still adapting does not trigger again and again.
+    """
+
+    def __init__(self, short: int = 200, ratio: float = 1.5, reference_memory: int = 2000) -> None:
+        if short < 2 or ratio <= 1.0 or reference_memory < 1:
+            raise ValueError("short >= 2, ratio > 1 and reference_memory >= 1 required")
+        self.short = short
+        self.ratio = ratio
+        self.alpha = 1.0 / reference_memory
+        self._errors: deque[tuple[float, float]] = deque()  # (ts, ape)
+        self._sum = 0.0
+        self.reference: float | None = None
+        self.shifts: list[float] = []  # when detected shifts began
+        self.level_at_shift: float | None = None  # recent MAPE when the last one was seen
+
+    @property
+    def recent(self) -> float | None:
+        return self._sum / len(self._errors) if self._errors else None
+
+    def observe(self, predicted: float | None, actual: float | None, ts: float) -> float | None:
+        """Record one pair; returns the shift's start time when one is detected now."""
+        if predicted is None or actual is None:
+            return None
+        if not (math.isfinite(predicted) and math.isfinite(actual)) or actual < 0:
+            return None
+        ape = abs(predicted - actual) / max(actual, MAPE_FLOOR_MS)
+        self._errors.append((ts, ape))
+        self._sum += ape
+        if len(self._errors) > self.short:
+            self._sum -= self._errors.popleft()[1]
+        if len(self._errors) < self.short:
+            return None
+        recent = max(self._sum, 0.0) / len(self._errors)
+        ref = self.reference
+        if ref is None:
+            self.reference = recent
+            return None
+        if recent > self.ratio * ref:
+            began = self._errors[0][0]
+            self.shifts.append(began)
+            self.level_at_shift = recent
+            self._errors.clear()
+            self._sum = 0.0
+            self.reference = None
+            return began
+        self.reference = ref + self.alpha * (recent - ref)
+        return None

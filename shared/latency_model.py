@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import xgboost as xgb
 
-from shared.features import FEATURE_SCHEMA_VERSION, FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
+from shared.features import (
+    FEATURE_SETS,
+    FEATURES,
+    SUPPORTED_MODEL_SCHEMAS,
+    TPOT_COLUMNS,
+    TTFT_COLUMNS,
+)
 from shared.schemas import ModelMeta, SchemaError
 
 # Target -> feature columns. E2E (the "TTFT" of non-streaming mode upstream) uses TTFT's.
@@ -57,8 +63,11 @@ class ModelSpec:
     objective: str = "mean"  # mean | quantile
     alpha: float = 0.9  # quantile level (quantile objective only)
     transform: str = "none"  # none | log (see TRANSFORMS)
+    features: str = "v1"  # the feature set it reads (shared.features.FEATURE_SETS)
 
     def __post_init__(self) -> None:
+        if self.features not in FEATURE_SETS:
+            raise ValueError(f"unknown feature set {self.features!r}")
         if self.target not in TARGET_COLUMNS:
             raise ValueError(f"unknown target {self.target!r}")
         if self.objective not in OBJECTIVES:
@@ -76,7 +85,7 @@ class ModelSpec:
 
     @property
     def columns(self) -> tuple[int, ...]:
-        return TARGET_COLUMNS[self.target]
+        return FEATURE_SETS[self.features][self.target]
 
     @property
     def primary_metric(self) -> str:
@@ -98,6 +107,8 @@ class ModelSpec:
             d["quantile_alpha"] = self.alpha
         if self.transform != "none":
             d["transform"] = self.transform
+        if self.features != "v1":
+            d["features"] = self.features
         return d
 
 
@@ -112,7 +123,8 @@ def spec_from_info(key: str, info: dict) -> ModelSpec:
     if not isinstance(alpha, int | float) or isinstance(alpha, bool):
         raise ValueError("quantile_alpha must be a number")
     transform = info.get("transform", "none")  # versions before transforms: raw ms
-    spec = ModelSpec(str(target), str(objective), float(alpha), str(transform))
+    features = info.get("features", "v1")  # versions before feature sets: llm-d's columns
+    spec = ModelSpec(str(target), str(objective), float(alpha), str(transform), str(features))
     if spec.key != key:
         raise ValueError(f"model key {key!r} does not match its spec ({spec.key!r})")
     return spec
@@ -293,10 +305,10 @@ class LatencyModel:
     @classmethod
     def from_blobs(cls, meta: ModelMeta, blobs: dict[str, bytes]) -> LatencyModel:
         """Verify checksums and the feature schema, then load. Raises SchemaError."""
-        if meta.feature_schema != FEATURE_SCHEMA_VERSION:
+        if meta.feature_schema not in SUPPORTED_MODEL_SCHEMAS:
             raise SchemaError(
                 f"model {meta.version}: feature schema {meta.feature_schema} "
-                f"!= {FEATURE_SCHEMA_VERSION}",
+                f"not in {SUPPORTED_MODEL_SCHEMAS}",
                 "feature_schema",
             )
         boosters: dict[str, xgb.Booster] = {}

@@ -259,7 +259,7 @@ class TrainingSample(Message):
     ts: float
     ttft_ms: float | None = None  # first streamed token (None if not measured)
     tpot_ms: float | None = None  # (e2e - ttft) / (output chunks - 1), None if < 2 chunks
-    routing: str = "fallback"  # predicted | fallback
+    routing: str = "fallback"  # what ranked the pods: predicted | cost-model | heuristic | fallback
     model_version: str | None = None  # model that made the prediction, if any
     predicted_ttft_ms: float | None = None
     predicted_tpot_ms: float | None = None

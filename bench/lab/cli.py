@@ -128,6 +128,9 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         trainer_overrides=overrides,
         predictor_objective=args.predictor_objective,
         regret_samples=args.regret_samples,
+        then_trace=getattr(args, "then_trace", None),
+        then_rate_scale=getattr(args, "then_rate_scale", None),
+        then_limit=getattr(args, "then_limit", None),
     )
 
 
@@ -143,6 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="headroom", help="scheduling profile (default headroom)")
     p.add_argument("--rate-scale", type=_positive, default=1.0,
                    help="divide inter-arrival times by this (2 = twice the rate)")  # fmt: skip
+    p.add_argument(
+        "--then-trace",
+        help="a second trace whose requests follow the first's "
+        "(a workload shift; prediction.mape_timeline shows the error around it)",
+    )
+    p.add_argument(
+        "--then-rate-scale",
+        type=_positive,
+        help="rate scale of the second trace (default: --rate-scale)",
+    )
+    p.add_argument("--then-limit", type=int, help="at most this many second-trace requests")
     p.add_argument("--json", metavar="OUT", help="write the report here (default: stdout)")
     return p
 
@@ -233,6 +247,10 @@ def run(argv: list[str]) -> int:
         return run_compare_cli(argv[1:])
     if argv and argv[0] == "workloads":
         return run_workloads_cli(argv[1:])
+    if argv and argv[0] == "plot-timeline":
+        from bench.lab.timeline import run_plot_cli
+
+        return run_plot_cli(argv[1:])
     args = build_parser().parse_args(argv)
     if not args.trace:
         print("headroom lab: --trace is required", file=sys.stderr)

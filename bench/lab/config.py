@@ -62,6 +62,10 @@ class LabConfig:
     # decisions whose regret is measured by forking every candidate (bench/lab/regret.py)
     # (None: bench.lab.regret.default_regret_samples of the trace's length; 0: off)
     regret_samples: int | None = None
+    # a workload shift: this trace's requests follow the first trace's (issue 15, drift)
+    then_trace: str | None = None
+    then_rate_scale: float | None = None  # None: rate_scale
+    then_limit: int | None = None
 
     def engine_profile(self) -> Profile:
         """The pods' engine: the hardware profile with the vLLM flags applied (the first

@@ -66,6 +66,9 @@ class OnlineLearner:
         self.rejected_samples: dict[str, int] = {}
         self.fit_wall_s = 0.0  # filled by the caller's timer, if any
         self.history: list[dict] = []
+        self.shift = s.shift_detector()  # live TTFT error -> forget + refit (trainer's)
+        self.shifts: list[dict] = []
+        self._force = False
 
     # --- samples ------------------------------------------------------------------------
     def offer(self, sample: TrainingSample, now: float) -> str:
@@ -78,6 +81,14 @@ class OnlineLearner:
             reason = check(sample, self.limits, now) or self.window.offer(sample, now)
         if reason != ADDED:
             self.rejected_samples[reason] = self.rejected_samples.get(reason, 0) + 1
+        elif self.shift is not None:
+            began = self.shift.observe(sample.predicted_ttft_ms, sample.ttft_ms, sample.ts)
+            if began is not None:  # what TrainerService.admit does
+                dropped = self.window.forget_before(began)
+                self._force = True
+                self.shifts.append({"t": round(now, 3), "began": round(began, 3),
+                                    "samples": self.samples, "dropped": dropped})  # fmt: skip
+                self.tick(now)  # the trainer refits at once (TrainerService._on_shift)
         return reason
 
     @property
@@ -93,10 +104,11 @@ class OnlineLearner:
         due, _ = refit_gate(
             self.window.added_total - self._fitted_at_added, self.window.counts(),
             min_new_samples=s.min_new_samples, min_samples=s.min_samples,
-            targets=self.config.targets,
+            targets=self.config.targets, force=self._force,
         )  # fmt: skip
         if not due:
             return None
+        self._force = False
         added_at = self.window.added_total
         coverage = self.window.coverage()
         data = TrainingData.from_entries(self.window.snapshot())

@@ -34,7 +34,7 @@ class RequestRecord:
     max_tokens: int
     status: str = PENDING  # ok | rejected | failed | pending
     pod: str | None = None
-    path: str | None = None  # predicted | fallback | heuristic
+    path: str | None = None  # predicted | cost-model | heuristic | fallback
     model_version: str | None = None
     first_token_s: float | None = None
     finished_s: float | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
@@ -16,6 +17,7 @@ from bench.lab.learning import OnlineLearner
 from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
+from bench.lab.timeline import mape_timeline
 from bench.traces import Trace, read_trace
 from services.gateway.scheduling.config import SchedulingConfig, load_config
 from services.gateway.settings import GatewaySettings
@@ -24,7 +26,13 @@ from services.trainer.settings import TrainerSettings
 
 
 def load_lab_trace(config: LabConfig) -> Trace:
-    return read_trace(
+    return load_lab_traces(config)[0]
+
+
+def load_lab_traces(config: LabConfig) -> tuple[Trace, int | None]:
+    """The run's trace and, with ``then_trace``, the index of the second trace's first
+    request (where the workload shifts)."""
+    trace = read_trace(
         config.trace,
         format=config.trace_format,
         rate_scale=config.rate_scale,
@@ -32,6 +40,32 @@ def load_lab_trace(config: LabConfig) -> Trace:
         offset=config.offset,
         seed=config.seed,
     )
+    if config.then_trace:
+        then = read_trace(
+            config.then_trace,
+            rate_scale=config.then_rate_scale or config.rate_scale,
+            limit=config.then_limit,
+            seed=config.seed,
+        )
+        base = max((r.index for r in trace.requests), default=-1) + 1
+        return concatenate(trace, then), base
+    return trace, None
+
+
+def concatenate(first: Trace, then: Trace) -> Trace:
+    """``then``'s requests after ``first``'s: arrivals shifted to start one mean gap after
+    the last of ``first``, indices after ``first``'s (distinct request ids and prompts)."""
+    reqs = first.requests
+    gap = first.duration_s / max(1, len(reqs) - 1) if len(reqs) > 1 else 0.0
+    start = first.duration_s + gap
+    base = max((r.index for r in reqs), default=-1) + 1
+    shifted = [
+        replace(r, index=base + r.index, arrival_s=start + r.arrival_s) for r in then.requests
+    ]
+    return Trace(
+        path=first.path, format=f"{first.format}+{then.format}", requests=reqs + shifted,
+        skipped=first.skipped + then.skipped,
+    )  # fmt: skip
 
 
 def workload_spec(trace: str | Path) -> dict | None:
@@ -64,15 +98,18 @@ def run_lab(
     scheduling: SchedulingConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_submit: Callable | None = None,
+    on_decision: Callable | None = None,
     records_out: list | None = None,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
     ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
-    simulation's hook (see :class:`LabSimulation`) and ``records_out``, when given, receives
+    simulation's hook (see :class:`LabSimulation`), as is ``on_decision``, and ``records_out``, when given, receives
     the per-request records."""
     started = time.perf_counter()
-    trace = trace if trace is not None else load_lab_trace(config)
+    shift_index = None
+    if trace is None:
+        trace, shift_index = load_lab_traces(config)
     scheduling = scheduling or load_config(config.profiles_path)
     if config.policy not in scheduling.profiles:
         raise ValueError(
@@ -84,7 +121,7 @@ def run_lab(
     sched = scheduling.scheduler(config.policy)
     learner = None
     interval = None
-    if sched.needs_predictions:
+    if sched.predicts:
         trainer = trainer_settings(config)
         interval = config.train_interval_s or auto_train_interval(
             trainer, trace.duration_s, config.max_train_cycles
@@ -121,6 +158,7 @@ def run_lab(
         predict_latency_s=config.predict_latency_ms / 1000.0,
         learner=learner,
         on_submit=on_submit,
+        on_decision=on_decision,
         regret=probe,
     )
     total = len(trace)
@@ -128,11 +166,12 @@ def run_lab(
     if records_out is not None:
         records_out.extend(records)
     summary = summarize(records, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
-    prediction = _prediction(records, learner, config, interval, summary["routing"])
+    prediction = _prediction(records, learner, config, interval, summary["routing"], shift_index)
     report = {
         "policy": config.policy,
         "trace": Path(config.trace).name,
         "workload_spec": workload_spec(config.trace),
+        "then_trace": Path(config.then_trace).name if config.then_trace else None,
         "trace_format": trace.format,
         "pods": config.pods,
         "profile": config.profile,
@@ -159,11 +198,15 @@ def run_lab(
     return report
 
 
-def _prediction(records, learner, config: LabConfig, interval, paths: dict) -> dict:
+def _prediction(
+    records, learner, config: LabConfig, interval, paths: dict, shift_index: int | None = None
+) -> dict:
     keys = ("ttft_mape", "tpot_mape", "samples", "model_versions", "fallback_decisions")
     if learner is None:
         return dict.fromkeys(keys)
     out = prediction_summary(records, after_samples=config.mape_after)
+    out["mape_timeline"] = mape_timeline(records, shift_index=shift_index)
+    out["shifts_detected"] = learner.shifts
     return {
         "ttft_mape": out.pop("ttft_mape"),
         "tpot_mape": out.pop("tpot_mape"),

@@ -37,6 +37,7 @@ from bench.traces import TraceRequest
 from services.gateway.predictor_client import REASON_NO_MODEL
 from services.gateway.scheduling import routing
 from services.gateway.scheduling.config import SchedulingConfig
+from services.gateway.scheduling.cycle import Decision
 from services.gateway.scheduling.flow import FlowQueue, QueueFull, Waiter
 from services.gateway.scheduling.pod_view import PodView
 from services.gateway.scheduling.prediction import Prediction
@@ -111,6 +112,7 @@ class LabSimulation:
         predict_latency_s: float = 0.0,
         learner: OnlineLearner | None = None,
         on_submit: Callable[[str, Engine, list[float], float], None] | None = None,
+        on_decision: Callable[[_Pending, Decision, float], None] | None = None,
         regret: RegretProbe | None = None,
     ) -> None:
         self.requests = requests
@@ -152,6 +154,9 @@ class LabSimulation:
         # called with (request id, its pod's engine, its feature row, now) just before a
         # request reaches its engine (bench/bench_prediction_bound.py observes the truth)
         self.on_submit = on_submit
+        # called with (the pending request, its decision, now) after every scheduling cycle
+        # (bench/lab/diagnose.py logs the decisions)
+        self.on_decision = on_decision
         self.regret = regret  # forks the candidates of sampled decisions (bench/lab/regret.py)
         self.records = [
             RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in requests
@@ -337,10 +342,11 @@ class LabSimulation:
             streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
             slo_tpot_ms=self.slo_tpot_ms, priority=self.priority, cost=self.view.cost,
             hashes=hashes, queued_s=waiter.queued_s() if waiter is not None else 0.0,
+            gateway_queued=self.flow.queued if self.flow is not None else 0,
         )  # fmt: skip
         p = _Pending(req, rec, tokens, prep, f"r{req.index}", waiter=waiter)
         learner = self.learner
-        if prep.scheduler.needs_predictions and learner is not None:
+        if learner is not None and prep.scheduler.reads_predictions(prep.request):
             served = learner.predict(prep.rows.rows)
             if served is None:
                 p.reason = REASON_NO_MODEL
@@ -355,9 +361,14 @@ class LabSimulation:
         self._decide(p, now)
 
     def _decide(self, p: _Pending, now: float) -> None:
+        if self.predict_latency_s > 0 and p.prep.scheduler.reads_predictions(p.prep.request):
+            # after the prediction call: the loads as they are now (routing.refresh)
+            p.prep = routing.refresh(p.prep, self.view.candidates(self.model, now))
         prep, rec, req, preds = p.prep, p.record, p.request, p.preds
         decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
         rec.path = decision.path
+        if self.on_decision is not None:
+            self.on_decision(p, decision, now)
         if not decision.admitted:
             rec.status, rec.error = REJECTED, decision.reject_reason
             if p.waiter is not None:

@@ -1,6 +1,7 @@
 """Decision explanation: response headers saying where a request went and why (pure).
 
-Always: ``x-headroom-pod``, ``x-headroom-routing`` (predicted | fallback | heuristic),
+Always: ``x-headroom-pod``, ``x-headroom-routing`` (what ranked the pods: predicted |
+cost-model | heuristic | fallback),
 ``x-headroom-profile``, ``x-headroom-fallback-reason``, ``x-headroom-model-version`` and the
 chosen pod's ``x-headroom-predicted-ttft-ms`` / ``x-headroom-predicted-tpot-ms`` (when the
 predictors answered), plus ``x-headroom-trace-id`` when the request is traced.

@@ -67,7 +67,7 @@ class RoutedPod:
 @dataclass(frozen=True, slots=True)
 class RoutingDecision:
     ranked: list[RoutedPod]  # best first
-    path: str  # predicted | fallback | heuristic
+    path: str  # what ranked the pods: predicted | cost-model | heuristic | fallback
     reason: str | None  # fallback reason
     model_version: str | None
     input_tokens: int
@@ -512,12 +512,13 @@ class Gateway:
             streaming=req.stream, slo_ttft_ms=obj.slo_ttft_ms, slo_tpot_ms=obj.slo_tpot_ms,
             priority=obj.priority, cost=self.view.cost, hashes=hashes,
             queued_s=waiter.queued_s() if waiter is not None else 0.0,
+            gateway_queued=self._queued(profile),
         )  # fmt: skip
         sched, cr = prep.scheduler, prep.rows
 
         preds: list[Prediction] | None = None
         reason = version = None
-        if sched.needs_predictions:
+        if sched.reads_predictions(prep.request):  # only when a plugin reads them
             assert self.predictor is not None, "gateway not started"
             timeout_ms = self.settings.predict_timeout_ms
             if sched.predict_budget_ms is not None:
@@ -530,6 +531,10 @@ class Gateway:
                 self._model_version = version
                 self.metrics.set_model_version(version)
 
+            # requests of the same burst were dispatched during the call: their loads now
+            later = self.clock()
+            prep = routing.refresh(prep, self.view.candidates(req.model, later))
+            cr = prep.rows
         with self.tel.span("gateway.schedule", attributes={"headroom.profile": profile}):
             t0 = time.perf_counter()
             decision = routing.decide(
@@ -561,6 +566,11 @@ class Gateway:
             ranked, decision.path, decision.fallback_reason, version if preds else None,
             len(tokens), prep, profile, obj.slo_ttft_ms, obj.slo_tpot_ms, decision.notes,
         )  # fmt: skip
+
+    def _queued(self, profile: str) -> int:
+        """Requests waiting in ``profile``'s flow-control queue (0 without flow control)."""
+        flow = self.flows.get(profile)
+        return flow.queued if flow is not None else 0
 
     def _no_candidate_error(self, model: str, now: float) -> GatewayError:
         retry = {"Retry-After": str(self.settings.retry_after_s)}

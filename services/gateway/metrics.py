@@ -33,7 +33,8 @@ class GatewayMetrics:
         )  # fmt: skip
         self.routing = Counter(
             "headroom_gateway_routing",
-            "Routing decisions: path predicted|fallback, reason ok or the fallback reason",
+            "Routing decisions by what ranked the pods (path predicted|cost-model|heuristic|"
+            "fallback), reason ok or the fallback reason",
             ["path", "reason"], registry=r,
         )  # fmt: skip
         self.predict_seconds = Histogram(

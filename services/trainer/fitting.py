@@ -47,6 +47,7 @@ class FitConfig:
     margin: float = 0.05  # a candidate may be this much (relative) worse and still promoted
     min_samples: int = 1  # labelled rows every target needs for a cycle to fit at all
     transform: str = "log"  # label transform (shared.latency_model.TRANSFORMS)
+    features: str = "v1"  # feature set the models read (shared.features.FEATURE_SETS)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
@@ -63,9 +64,11 @@ class FitConfig:
         out: list[ModelSpec] = []
         for t in self.targets:
             if self.objective in ("mean", "both"):
-                out.append(ModelSpec(t, transform=self.transform))
+                out.append(ModelSpec(t, transform=self.transform, features=self.features))
             if self.objective in ("quantile", "both"):
-                out.append(ModelSpec(t, "quantile", self.quantile_alpha, self.transform))
+                out.append(
+                    ModelSpec(t, "quantile", self.quantile_alpha, self.transform, self.features)
+                )
         return tuple(out)
 
     def xgb_params(self) -> dict[str, object]:
@@ -81,6 +84,7 @@ class FitConfig:
             "holdout_fraction": self.holdout_fraction,
             "margin": self.margin,
             "transform": self.transform,
+            "features": self.features,
         }
 
 

@@ -42,11 +42,16 @@ class TrainerMetrics:
         )
         self.window_evicted = Counter(
             "headroom_trainer_window_evicted",
-            "Samples dropped from the window, by reason (bucket_cap, max_size, age, flush)",
+            "Samples dropped from the window, by reason (bucket_cap, max_size, age, flush, shift)",
             ["reason"],
             registry=r,
         )
         self.flushes = Counter("headroom_trainer_flushes", "Window flushes requested", registry=r)
+        self.shifts = Counter(
+            "headroom_trainer_shifts",
+            "Workload shifts detected from live TTFT error (older samples forgotten, refit)",
+            registry=r,
+        )
         self.fits = Counter(
             "headroom_trainer_fits",
             "Fit attempts by result (ok, error, skipped)",

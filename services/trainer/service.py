@@ -101,6 +101,8 @@ class TrainerService:
         self.config = s.fit_config()
         self.limits = s.limits()
         self.drift = DriftTracker(("ttft", "tpot"), s.drift_window)
+        self.shift = s.shift_detector()
+        self.shift_refit: asyncio.Task | None = None
         self.clock = clock
         self.last_version: str | None = None
         self.last_result: CycleResult | None = None
@@ -193,6 +195,9 @@ class TrainerService:
 
     async def _cancel_tasks(self) -> None:
         self._stopping.set()
+        if self.shift_refit is not None:
+            self._tasks.append(self.shift_refit)
+            self.shift_refit = None
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -260,6 +265,10 @@ class TrainerService:
             for target in self.drift.observe_sample(sample):
                 self.metrics.live_mape.labels(target=target).set(self.drift.mape(target))
                 self.metrics.live_samples.labels(target=target).set(self.drift.count(target))
+            if self.shift is not None and not replay:
+                began = self.shift.observe(sample.predicted_ttft_ms, sample.ttft_ms, sample.ts)
+                if began is not None:
+                    self._on_shift(began)
         elif not replay:
             self.metrics.samples_rejected.labels(reason=reason).inc()
         return reason
@@ -308,6 +317,16 @@ class TrainerService:
         except Exception as e:  # redelivery is harmless: the window de-duplicates
             log.warning("ack failed (%s): %s", reason, e)
         return reason
+
+    def _on_shift(self, began: float) -> None:
+        """A workload shift began at ``began`` (live TTFT error jumped): forget the samples
+        before it and refit on the recent window now, without waiting for the cadence."""
+        dropped = self.window.forget_before(began)
+        self.metrics.shifts.inc()
+        log.warning("workload shift detected (live TTFT MAPE %.0f%%): %d older samples "
+                    "forgotten, refitting", 100 * (self.shift.level_at_shift or 0.0), dropped)  # fmt: skip
+        if self.shift_refit is None or self.shift_refit.done():
+            self.shift_refit = asyncio.get_running_loop().create_task(self.fit_now(force=True))
 
     def _sync_window_metrics(self) -> None:
         m = self.metrics

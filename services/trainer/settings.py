@@ -11,6 +11,7 @@ from services.trainer.fitting import FitConfig
 from services.trainer.strata import DEFAULT_STRATA, Strata
 from services.trainer.validation import Limits
 from services.trainer.window import SampleWindow
+from shared.drift import ShiftDetector
 from shared.settings import CommonSettings
 
 
@@ -56,6 +57,12 @@ class TrainerSettings(CommonSettings):
         description="Label transform: log fits log(1 + ms), so relative errors weigh alike at "
         "every latency (llm-d fits raw ms: none)",
     )
+    feature_set: Literal["v1", "v2"] = Field(
+        "v2",
+        description="Feature columns the models read: v1 = llm-d's eleven, v2 = those plus "
+        "the gateway's own estimates (backlog, cost-model prefill, protected decodes, decode "
+        "batch, queue; shared/features.py)",
+    )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
     )
@@ -87,6 +94,19 @@ class TrainerSettings(CommonSettings):
     drift_window: int = Field(
         1000, ge=1, description="Recent predictions in the live rolling-MAPE gauge"
     )
+    shift_react: bool = Field(
+        True,
+        description="React to a workload shift seen in live TTFT error: forget the samples "
+        "before it and refit on the recent window at once (no operator flush)",
+    )
+    shift_window: int = Field(
+        200, ge=2, description="Recent predictions whose TTFT MAPE is watched for a shift"
+    )
+    shift_ratio: float = Field(
+        1.5,
+        gt=1,
+        description="A shift: recent TTFT MAPE above this many times its long-run level",
+    )
     max_latency_ms: float = Field(
         3_600_000.0, gt=0, description="Samples with a longer TTFT or E2E are rejected"
     )
@@ -116,7 +136,14 @@ class TrainerSettings(CommonSettings):
             margin=self.promotion_margin,
             min_samples=self.min_samples,
             transform=self.target_transform,
+            features=self.feature_set,
         )
+
+    def shift_detector(self) -> ShiftDetector | None:
+        """The live-error shift detector these settings configure (None: no reaction)."""
+        if not self.shift_react:
+            return None
+        return ShiftDetector(self.shift_window, self.shift_ratio)
 
     def limits(self) -> Limits:
         return Limits(max_latency_ms=self.max_latency_ms, max_tpot_ms=self.max_tpot_ms)

@@ -98,7 +98,13 @@ class SampleWindow:
         self._seq = 0
         self.added_total = 0  # samples accepted since creation (monotonic)
         self.duplicates_total = 0
-        self.evicted: dict[str, int] = {"bucket_cap": 0, "max_size": 0, "age": 0, "flush": 0}
+        self.evicted: dict[str, int] = {
+            "bucket_cap": 0,
+            "max_size": 0,
+            "age": 0,
+            "flush": 0,
+            "shift": 0,
+        }
 
     def __len__(self) -> int:
         return self._size
@@ -183,6 +189,11 @@ class SampleWindow:
         already seen stay remembered, so redeliveries are still duplicates)."""
         self.not_before = max(self.not_before, now)
         return self._drop_before(float("inf"), "flush")
+
+    def forget_before(self, cutoff: float) -> int:
+        """Drop samples stamped before ``cutoff`` (a detected workload shift began then);
+        later samples of any time are still accepted. Returns how many."""
+        return self._drop_before(cutoff, "shift")
 
     def _drop_before(self, cutoff: float, reason: str) -> int:
         dropped = 0

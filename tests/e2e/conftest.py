@@ -79,7 +79,12 @@ def stack(infra):
         },
         "predictor": {"HEADROOM_PREDICTOR_RELOAD_INTERVAL_S": "1"},
         # A loaded 2-core CI box: give predictions room so routing is observable.
-        "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "500"},
+        # llmd-predicted: its scorer reads the predictions, so the switch to predicted
+        # routing shows in x-headroom-routing (headroom ranks by its cost model)
+        "gateway": {
+            "HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "500",
+            "HEADROOM_GATEWAY_PROFILE": "llmd-predicted",
+        },
     }
     with running_stack(infra, "hre", pods=4, predictors=2, env=env) as s:
         yield s

@@ -41,7 +41,11 @@ async def _complete(session: aiohttp.ClientSession, url: str, i: int) -> tuple[i
 def test_killed_predictors_never_label_a_request_predicted(infra):
     env = {
         "trainer": {"HEADROOM_TRAINER_MIN_SAMPLES": "1000000"},  # keep the synthetic model
-        "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000"},
+        # a profile that ranks by the predictions (headroom does not ask for them)
+        "gateway": {
+            "HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000",
+            "HEADROOM_GATEWAY_PROFILE": "llmd-predicted",
+        },
     }
 
     def setup(names):

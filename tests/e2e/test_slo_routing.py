@@ -2,7 +2,8 @@
 within its SLO gets 503 (issue 4, done-means 1). Real processes through the launcher: two
 simulated pods, collector, one predictor, trainer and the gateway with its default
 `headroom` profile. A model version trained on synthetic rows is published to Redis before
-the stack starts, so predicted routing is active at once and its answers are known:
+the stack starts, so the predictors answer at once and their answers are known (the profile
+ranks by its cost model and reads the predictions only to shed sheddable requests):
 
     TTFT = 100 ms + 0.1 ms x uncached prompt tokens + 50 ms x waiting requests
     TPOT = 5 ms + 0.004 ms x decode tokens in flight + 1 ms x running requests
@@ -107,13 +108,15 @@ async def test_slo_headers_change_routing_and_sheddable_requests_get_503(slo_sta
 async def _run_scenario(s, c: Client, session, holders: list[asyncio.Task]) -> None:
     prefix = synth_text(PREFIX_TOKENS, seed=11)
 
-    # 0. predicted routing is active from the first request (the model was pre-published)
+    # 0. the predictors answer (the model was pre-published): a sheddable request with a
+    #    generous SLO is the one kind the profile asks them for; the cost model still ranks
     async def predicted() -> bool:
-        status, h, _ = await c.complete("warm up")
-        assert status == 200, h
-        return h["x-headroom-routing"] == "predicted"
+        generous = {"x-llm-d-slo-ttft-ms": "60000", "x-headroom-priority": "-1"}
+        status, h, _ = await c.complete("warm up", generous)
+        assert status == 200 and h["x-headroom-routing"] == "cost-model", h
+        return bool(h.get("x-headroom-model-version"))
 
-    await _until(predicted, 30, "predicted routing")
+    await _until(predicted, 30, "the predictors' model")
 
     # 1. the prefix lands on pod X; three long decodes with that prefix stick to X
     status, h, _ = await c.complete(prefix + " start")
@@ -136,7 +139,8 @@ async def _run_scenario(s, c: Client, session, holders: list[asyncio.Task]) -> N
     #    and slowing its three decodes by that little costs less than a full prefill on Y)
     for i in range(2):
         status, h, _ = await c.complete(f"{prefix} {synth_text(6, 100 + i)}")
-        assert status == 200 and h["x-headroom-routing"] == "predicted"
+        assert status == 200 and h["x-headroom-routing"] == "cost-model"
+        assert "x-headroom-model-version" not in h  # no prediction call for it
         assert h["x-headroom-pod"] == x, "without SLO headers the cached pod wins"
 
     # 3. with a TTFT SLO no pod can meet (5 ms) the request's own SLO is lost anyway: it goes
@@ -146,7 +150,7 @@ async def _run_scenario(s, c: Client, session, holders: list[asyncio.Task]) -> N
     chosen = []
     for i in range(3):
         status, h, _ = await c.complete(f"{prefix} {synth_text(6, 200 + i)}", slo)
-        assert status == 200 and h["x-headroom-routing"] == "predicted"
+        assert status == 200 and h["x-headroom-routing"] == "cost-model"
         chosen.append(h["x-headroom-pod"])
     assert chosen == [y, y, y], (chosen, x, y)
 

@@ -274,7 +274,13 @@ def test_every_service_connects_with_credentials_from_settings(
     asyncio.run(publish_synthetic_model(bus, names))  # a model in the secured Redis
     env = service_env(pki, predictor_nkey[0])
     env["trainer"].update({"HEADROOM_TRAINER_MIN_SAMPLES": "1000000"})
-    env["gateway"].update({"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000"})
+    # llmd-predicted reads the predictions on every request (headroom does not ask for them)
+    env["gateway"].update(
+        {
+            "HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000",
+            "HEADROOM_GATEWAY_PROFILE": "llmd-predicted",
+        }
+    )
     logs: list[str] = []
     stack = Stack(
         StackConfig(nats_url=secure_nats.url, redis_url=secure_redis.url,

@@ -32,8 +32,9 @@ async def test_completions_and_chat_streaming_and_not(isolated):
                                         {"model": MODEL, "prompt": "Hello there", "max_tokens": 5})  # fmt: skip
         assert status == 200, body
         assert h["x-headroom-pod"] in pods and len(h["x-request-id"]) == 32
-        assert h["x-headroom-routing"] == "fallback"
-        assert h["x-headroom-fallback-reason"] == "no_responders"
+        # the default profile ranks by its cost model and asks no predictor (none runs)
+        assert h["x-headroom-routing"] == "cost-model"
+        assert "x-headroom-fallback-reason" not in h
         assert "x-headroom-model-version" not in h
         assert body["object"] == "text_completion"
         assert body["choices"][0]["text"] and body["choices"][0]["finish_reason"] == "length"
@@ -70,8 +71,8 @@ async def test_completions_and_chat_streaming_and_not(isolated):
         m = await st.metrics()
         assert metric(m, "headroom_gateway_requests_total", endpoint="/v1/completions",
                       status="200") == 2  # fmt: skip
-        assert metric(m, "headroom_gateway_routing_total", path="fallback",
-                      reason="no_responders") == 4  # fmt: skip
+        assert metric(m, "headroom_gateway_routing_total", path="cost-model", reason="ok") == 4
+        assert metric(m, "headroom_gateway_predict_seconds_count") == 0  # never asked
         assert metric(m, "inference_objective_request_ttft_seconds_count", model_name=MODEL) == 4
         assert metric(m, "inference_objective_request_tpot_seconds_count", model_name=MODEL) == 4
         await wait_for(lambda: st.gw.view.total_in_flight() == 0, what="in-flight drained")

@@ -9,7 +9,7 @@ import asyncio
 import orjson
 import pytest
 
-from shared.features import FEATURES, PodLoad, build_row
+from shared.features import FEATURES, FEATURES_V1, PodLoad, build_row
 from shared.schemas import PredictReply
 from shared.tokenizer import count_tokens, render_chat, synth_text
 from tests.integration.gateway_harness import (
@@ -58,15 +58,18 @@ async def test_samples_carry_the_exact_feature_row_and_prefix_affinity(isolated)
         s1, hdr1 = by_id[h1["x-request-id"]]
         assert hdr1["Nats-Msg-Id"] == s1.request_id
         load0 = PodLoad(waiting=0.0, running=2.0, kv_usage=0.1)
-        assert s1.features == build_row(n, 0.0, load0)
+        v1 = len(FEATURES_V1)  # llm-d's columns; the v2 ones carry the pod view's estimates
+        assert s1.features[:v1] == build_row(n, 0.0, load0)[:v1]
+        assert s1.features[FEATURES.index("max_tokens")] == 4.0
+        assert s1.features[FEATURES.index("estimate_ms")] > 0  # the cost model's prefill
         assert s1.input_tokens == n == out1["usage"]["prompt_tokens"]
         assert (s1.pod, s1.pool, s1.model, s1.streaming) == ("pod-0", "p1", MODEL, False)
-        assert s1.output_tokens == 4 and s1.routing == "fallback" and s1.model_version is None
+        assert s1.output_tokens == 4 and s1.routing == "cost-model" and s1.model_version is None
         assert 0 < s1.ttft_ms <= s1.e2e_ms and s1.tpot_ms is not None and s1.tpot_ms > 0
         assert s1.predicted_ttft_ms is None
 
         s2, _ = by_id[h2["x-request-id"]]
-        assert s2.features == build_row(n, 1.0, load0)
+        assert s2.features[:v1] == build_row(n, 1.0, load0)[:v1]
         assert s2.streaming is True
 
         s3, _ = by_id[h3["x-request-id"]]
@@ -81,7 +84,9 @@ async def test_samples_carry_the_exact_feature_row_and_prefix_affinity(isolated)
 
 
 async def test_in_flight_requests_show_up_in_the_next_rows(isolated):
-    async with gateway_stack(isolated, n_pods=1, predict_timeout_ms=PATIENT_MS) as st:
+    async with gateway_stack(
+        isolated, n_pods=1, predict_timeout_ms=PATIENT_MS, profile="llmd-predicted"
+    ) as st:  # asks for every request
         await st.snapshot(loads={"pod-0": {}})
         slow = {"model": MODEL, "prompt": synth_text(64, 3), "max_tokens": 2000, "stream": True}
         first = asyncio.create_task(st.stream(CMPL, slow))
@@ -105,7 +110,8 @@ async def _not_ready(rows):
 
 
 async def test_fallback_reasons(isolated):
-    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS,
+                             profile="llmd-predicted") as st:  # fmt: skip
         await st.snapshot(loads=LOADS)
         body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
 
@@ -116,7 +122,9 @@ async def test_fallback_reasons(isolated):
             status, h, _ = await st.post(CMPL, body)
         assert status == 200 and h["x-headroom-routing"] == "fallback"
         assert h["x-headroom-fallback-reason"] == "no_model"
-        assert len(seen) == 1 and len(seen[0]) == 2 and all(len(r) == 11 for r in seen[0])
+        assert (
+            len(seen) == 1 and len(seen[0]) == 2 and all(len(r) == len(FEATURES) for r in seen[0])
+        )
 
         release = asyncio.Event()
 
@@ -175,9 +183,10 @@ async def test_predicted_routing_picks_the_lowest_prediction(isolated, tmp_path)
 
         (s1, _), (s2, _) = await st.samples(2)
         assert s1.routing == "predicted" and s1.model_version == "v7" and s1.pod == "pod-1"
-        assert s1.features == seen[0][1]  # candidates are in name order; pod-1 is row 1
+        # candidates are in name order; pod-1 is row 1 (float32 on the wire)
+        assert s1.features == pytest.approx(seen[0][1], rel=1e-6)
         assert s1.predicted_ttft_ms == pytest.approx(70.0) and s1.predicted_tpot_ms == 10.0
-        assert s2.features == seen[1][1]
+        assert s2.features == pytest.approx(seen[1][1], rel=1e-6)
         m = await st.metrics()
         assert metric(m, "headroom_gateway_routing_total", path="predicted", reason="ok") == 2
         assert metric(m, "inference_objective_request_predicted_ttft_seconds_count",
@@ -188,3 +197,32 @@ async def test_predicted_routing_picks_the_lowest_prediction(isolated, tmp_path)
         assert got == pytest.approx(expected / 2, rel=1e-6)
         body = orjson.dumps(s1.to_dict())
         assert b"predicted" in body
+
+
+async def test_headroom_asks_the_predictors_only_when_a_plugin_reads_them(isolated):
+    """The default profile ranks by its cost model: a plain request is never sent to the
+    predictors and says ``cost-model``; only a sheddable request with an SLO header (the
+    latency-slo-admitter reads the predictions then) makes the call, and it still says
+    ``cost-model`` because the cost model ranked the pods."""
+    async with gateway_stack(isolated, predict_timeout_ms=PATIENT_MS) as st:
+        await st.snapshot(loads=LOADS)
+
+        async def answer(rows):
+            return PredictReply(status="ok", model_version="v3", ttft_ms=[50.0] * len(rows),
+                                tpot_ms=[5.0] * len(rows), replica="r1").encode()  # fmt: skip
+
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+        async with predictor(st, answer) as seen:
+            for headers in ({}, {"x-slo-ttft-ms": "5000"}, {"x-headroom-priority": "-1"}):
+                status, h, _ = await st.post(CMPL, body, headers)
+                assert status == 200 and h["x-headroom-routing"] == "cost-model", h
+                assert "x-headroom-model-version" not in h
+            assert seen == []
+            sheddable = {"x-slo-ttft-ms": "5000", "x-headroom-priority": "-1"}
+            status, h, _ = await st.post(CMPL, body, sheddable)
+            assert status == 200 and h["x-headroom-routing"] == "cost-model", h
+            assert h["x-headroom-model-version"] == "v3"  # asked, read by the admitter
+            assert len(seen) == 1
+        m = await st.metrics()
+        assert metric(m, "headroom_gateway_predict_seconds_count") == 1
+        assert metric(m, "headroom_gateway_routing_total", path="cost-model", reason="ok") == 4

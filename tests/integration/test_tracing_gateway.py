@@ -88,6 +88,8 @@ async def traced_stack(isolated: dict, *, traced: bool = True, **overrides) -> A
     def tel(service: str) -> Telemetry:
         return _tel(exporter, service) if traced else Telemetry.disabled(service)
 
+    # a profile whose scorer reads the predictions (headroom asks for none without SLOs)
+    overrides.setdefault("profile", "llmd-predicted")
     version = await _publish_model(isolated)
     pred = PredictorService(predictor_settings(isolated, "replica-a"), telemetry=tel("predictor"))
     pods, gw, nc, http = [], None, None, None

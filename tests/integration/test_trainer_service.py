@@ -54,7 +54,7 @@ async def test_trainer_consumes_validates_fits_publishes_and_announces(isolated)
         "bad_row": orjson.dumps({**good, "request_id": "b3", "features": [1.0, 2.0]}),
         "nan": samples[1].encode().replace(b'"e2e_ms":', b'"e2e_ms":NaN,"x":'),
         "schema_version": orjson.dumps({**good, "request_id": "b5", "v": 7}),
-        "feature_schema": orjson.dumps({**good, "request_id": "b6", "feature_schema": 2}),
+        "feature_schema": orjson.dumps({**good, "request_id": "b6", "feature_schema": 99}),
         "negative": orjson.dumps({**good, "request_id": "b7", "ttft_ms": -3.0}),
         "absurd_tpot": orjson.dumps({**good, "request_id": "b8", "tpot_ms": 1e7}),
     }

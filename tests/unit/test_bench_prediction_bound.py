@@ -8,6 +8,7 @@ import numpy as np
 from bench.bench_prediction_bound import collect, errors, evaluate, walk_forward
 from bench.lab.config import LabConfig
 from bench.lab.synthetic import write_mooncake_trace
+from shared.features import FEATURES
 
 
 def test_walk_forward_learns_only_from_the_past():
@@ -26,9 +27,13 @@ def test_collect_and_evaluate_on_a_small_lab_run(tmp_path):
     report, data = collect(LabConfig(trace=str(trace), policy="gie-default", pods=2))
     n = len(data["ttft"])
     assert n == report["completed"] == 120
-    assert data["rows"].shape == (n, 11) and data["state"].shape == (n, 6)
+    assert data["rows"].shape == (n, len(FEATURES)) and data["state"].shape == (n, 6)
     assert (data["state"] >= 0).all() and (data["ttft"] > 0).all()
     out = evaluate(data, after=60, step=30, tail_s=1.0)
     for target in ("ttft", "tpot"):
-        assert set(out[target]) == {"gateway", "state oracle", "gateway + state oracle"}
+        want = {"gateway", "gateway v2", "gateway v2, queued split", "state oracle",
+                "gateway + state oracle", "gateway v2 + state oracle"}  # fmt: skip
+        if target == "ttft":
+            want |= {"gateway v2, residual", "analytic estimate"}
+        assert set(out[target]) == want
         assert all(v["n"] > 0 and v["mape"] >= 0 for v in out[target].values())

@@ -45,13 +45,13 @@ def test_prepare_and_decide_match_the_manual_chain(profile):
         max_tokens=50, streaming=True, slo_ttft_ms=500.0,
     )  # fmt: skip
     hashes = index.hashes(tokens)
-    rows = build_candidate_rows(cands, len(tokens), hashes, index)
+    rows = build_candidate_rows(cands, len(tokens), hashes, index, max_tokens=50)
     assert prep.rows == rows and list(prep.hashes) == hashes and prep.profile == profile
     assert prep.request == SchedulingRequest(
         MODEL, 100, hashes, 500.0, None, config.objective(MODEL).priority, 50, True, profile
     )
     preds = [Prediction(100.0 * (i + 1), 10.0) for i in range(len(cands))]
-    preds = preds if prep.scheduler.needs_predictions else None
+    preds = preds if prep.scheduler.reads_predictions(prep.request) else None
     got = routing.decide(prep, preds, now=10.5, rng=random.Random(1))
     want = config.scheduler(profile).schedule(
         prep.request, rows, preds, now=10.5, rng=random.Random(1)
@@ -84,3 +84,32 @@ def test_dispatch_and_accept_accounting():
     assert index.score("pod-1", prep.hashes) == 1.0 and index.score("pod-0", prep.hashes) == 0
     view.on_finish("r1")
     assert view.total_in_flight() == 0
+
+
+def test_refresh_reads_the_loads_again_after_the_prediction_call():
+    """Two requests of one burst prepared on the same loads: without refresh both pick the
+    same empty pod; with it the second sees the first's prefill queued there."""
+    view, index, config, schedulers = setup(2)
+    view.apply_snapshot(PodSnapshot(pool="p", ts=10.0, pods=[
+        PodRecord(name=f"pod-{i}", url=f"u{i}", ready=True, scraped_at=10.0, models=[MODEL])
+        for i in range(2)
+    ]))  # fmt: skip
+    tokens = [synth_tokens(2000, k) for k in (1, 2)]
+    cands = view.candidates(MODEL, 10.0)
+    preps = [
+        routing.prepare(config, schedulers, index, cands, t, model=MODEL, profile="headroom",
+                        max_tokens=10, streaming=True, cost=view.cost)
+        for t in tokens
+    ]  # fmt: skip
+    preds = [Prediction(100.0, 10.0)] * 2
+    first = routing.decide(preps[0], preds, now=10.002, rng=random.Random(0))
+    routing.on_dispatch(view, "a", preps[0], first.ranked[0], 10.002)
+    stale = routing.decide(preps[1], preds, now=10.002, rng=random.Random(0))
+    fresh_prep = routing.refresh(preps[1], view.candidates(MODEL, 10.002))
+    fresh = routing.decide(fresh_prep, preds, now=10.002, rng=random.Random(0))
+    assert stale.ranked[0] == first.ranked[0]
+    assert fresh.ranked[0] != first.ranked[0]
+    # the feature rows the predictions were made on are kept; only the loads move
+    assert fresh_prep.rows.rows == preps[1].rows.rows
+    assert fresh_prep.rows.candidates[first.ranked[0]].backlog_s > 0
+    assert preps[1].rows.candidates[first.ranked[0]].backlog_s == 0

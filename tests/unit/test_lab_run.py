@@ -73,12 +73,14 @@ def test_flow_control_queues_in_the_lab_as_in_the_gateway(mooncake):
         r.pop("wall_seconds")
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     assert a["completed"] == 80 and sum(a["flow"]["released"].values()) == 80
+    assert a["routing"] == {"cost-model": 80}  # the cost model ranked; nobody asked a model
+    assert a["prediction"]["predicted_requests"] == 0
     assert a["dispatch_ms"]["p90"] > 500.0  # waited in the gateway's queue
     assert run_lab(cfg(mooncake, policy="gie-default"))["flow"] is None
 
 
 def test_learning_policy_trains_and_predicts(mooncake):
-    r = run_lab(cfg(mooncake, policy="headroom", mape_after=30,
+    r = run_lab(cfg(mooncake, policy="llmd-predicted", mape_after=30,
                     trainer_overrides={**FAST_TRAINER, "objective": "both"}))  # fmt: skip
     p = r["prediction"]
     assert p["samples"] == 80 and p["model_versions"] >= 1 and p["refits"] >= 1
@@ -145,3 +147,25 @@ def test_compare_writes_results_table_and_plots(azure, tmp_path):
     assert table_markdown(results).count("\n") == 2 + 4
     with pytest.raises(ValueError, match="unknown policies"):
         run_compare(base, ["nope"], [1.0], saturation=sat)
+
+
+def test_then_trace_shifts_the_workload_and_reports_the_timeline(mooncake, azure):
+    """--then-trace: the second trace's requests follow the first's (distinct ids), the
+    model that ranks pods keeps being learned across the shift, and the report carries the
+    rolling MAPE timeline with the shift's position and recovery summary."""
+    r = run_lab(cfg(mooncake, policy="headroom-learned", then_trace=str(azure),
+                    then_rate_scale=1.0, mape_after=20))  # fmt: skip
+    assert r["requests"] == r["completed"] == 160 and r["then_trace"] == azure.name
+    tl = r["prediction"]["mape_timeline"]
+    assert tl["points"] and all(p["ttft_mape"] is not None for p in tl["points"])
+    assert [p["samples"] for p in tl["points"]] == list(
+        range(100, 100 * len(tl["points"]) + 1, 100)
+    )
+    s = tl["shift"]
+    assert s["at_sample"] is not None and s["first_trace_samples"] > 0
+    assert s["second_trace_samples"] > 0 and s["pre_ttft_mape"] is not None
+    assert (
+        r["prediction"]["shifts_detected"] == [] or "began" in r["prediction"]["shifts_detected"][0]
+    )
+    assert run_lab(cfg(mooncake, policy="headroom-learned"))["prediction"]["mape_timeline"][
+        "shift"] is None  # fmt: skip

@@ -107,8 +107,8 @@ def test_good_config():
     assert (scorer.type, w, picker.type) == ("queue-scorer", 2.0, "max-score-picker")
     b = cfg.scheduler("b")
     assert [f.threshold for f in b.filters] == [0.99, 0.80]
-    assert b.needs_predictions and b.predict_budget_ms == 400.0
-    assert not cfg.scheduler("a").needs_predictions
+    assert b.predicts and b.predict_budget_ms == 400.0
+    assert not cfg.scheduler("a").predicts
     assert cfg.objective("batch-model").priority == -1
     assert cfg.objective("other").priority == 0
 
@@ -244,7 +244,7 @@ def test_shipped_profiles():
     }  # fmt: skip
     assert llmd.producer.params["sloBufferFactor"] == 1.0
     assert llmd.predict_budget_ms == 400.0
-    assert cfg.scheduler("headroom").needs_predictions
+    assert cfg.scheduler("headroom").predicts
     head = cfg.scheduler("headroom")
     assert [type(p).TYPE for p in head.plugins] == [
         "predicted-latency-producer", "latency-slo-admitter", "latency-cost-scorer",
@@ -252,7 +252,15 @@ def test_shipped_profiles():
     ]  # fmt: skip
     f = cfg.flow("headroom")
     assert (f.enabled, f.max_backlog_s, f.order, f.route_to) == (True, 0.5, "shortest", "any")
-    assert not any(cfg.flow(p).enabled for p in cfg.profiles if p != "headroom")
+    learned = cfg.scheduler("headroom-learned")
+    assert [type(p).TYPE for p in learned.plugins] == [
+        "predicted-latency-producer", "latency-slo-admitter", "latency-cost-scorer",
+        "max-score-picker",
+    ]  # fmt: skip
+    assert learned.scorers[0][0].params["latency"] == "predicted"
+    assert cfg.flow("headroom-learned") == f
+    with_flow = {p for p in cfg.profiles if cfg.flow(p).enabled}
+    assert with_flow == {"headroom", "headroom-learned"}
 
 
 def test_shipped_file_writes_out_every_parameter_of_every_plugin_it_declares():

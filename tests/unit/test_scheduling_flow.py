@@ -100,6 +100,22 @@ def test_max_wait_bounds_starvation():
     assert q.queued == 5
 
 
+def test_max_wait_factor_bounds_the_wait_relative_to_the_prefill():
+    q = FlowQueue(FlowConfig(enabled=True, max_wait_s=60.0, max_wait_factor=10.0))
+    busy = pods(1.0)
+    small, big, huge = w(service=0.2), w(service=3.0), w(service=30.0)
+    for x in (small, big, huge):
+        assert not q.offer(x, busy, 0.0)
+    assert q.config.max_wait_for(0.2) == 2.0 and q.config.max_wait_for(30.0) == 60.0
+    assert q.take(lambda m: busy, 1.9) == []
+    assert q.take(lambda m: busy, 2.1) == [small] and small.reason == MAX_WAIT
+    assert q.take(lambda m: busy, 30.1) == [big]
+    assert q.take(lambda m: busy, 59.9) == [] and q.take(lambda m: busy, 60.1) == [huge]
+    assert q.queued == 0 and q.released[MAX_WAIT] == 3
+    with pytest.raises(ValueError):
+        FlowConfig(max_wait_factor=-1.0)
+
+
 def test_full_queue_and_cancel():
     q = FlowQueue(FlowConfig(enabled=True, max_queued=2))
     a, b = w(), w()

@@ -9,7 +9,7 @@ from services.gateway.scheduling.fallback import composite_scores, composite_val
 from services.gateway.scheduling.pod_view import PodView
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.scheduling.rows import build_candidate_rows
-from shared.features import PodLoad, build_row
+from shared.features import PodLoad, RowContext, build_row
 from shared.schemas import PodRecord, PodSnapshot
 from shared.tokenizer import block_hashes
 
@@ -146,6 +146,8 @@ def test_candidate_rows_come_from_build_row():
     cands = v.candidates("m", now=1.1)
     cr = build_candidate_rows(cands, 16, idx.hashes(prompt), idx)
     assert cr.prefix_scores == [0.0, 0.5]
-    assert cr.rows == [build_row(16, 0.0, cands[0].load), build_row(16, 0.5, cands[1].load)]
+    ctx = [RowContext(0, 0.0, c.backlog_s, c.protected_decodes) for c in cands]
+    assert cr.rows == [build_row(16, 0.0, cands[0].load, ctx[0]),
+                       build_row(16, 0.5, cands[1].load, ctx[1])]  # fmt: skip
     assert cr.uncached_tokens(1, 16) == 8.0
     assert cr.cached_blocks == [0, 2]

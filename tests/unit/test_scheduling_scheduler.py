@@ -14,7 +14,9 @@ from services.gateway.scheduling.config import load_config
 from services.gateway.scheduling.cycle import SchedulingRequest
 from services.gateway.scheduling.plugins.filters import PrefixCacheAffinityFilter
 from services.gateway.scheduling.plugins.pickers import MaxScorePicker
+from services.gateway.scheduling.plugins.producer import PredictedLatencyProducer
 from services.gateway.scheduling.plugins.scorers import KvCacheUtilizationScorer, QueueScorer
+from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.scheduler import PluginTimer, Scheduler
 from tests.unit.scheduling_helpers import P, predictions_of, req, rows_of
 
@@ -24,7 +26,7 @@ BUSY = {"running": 3, "in_flight": 3, "kv": 0.5}
 
 def run(profile, pods, request=None, seed=0, reason=None, **kw):
     sched = CFG.scheduler(profile, **kw)
-    preds = predictions_of(pods) if sched.needs_predictions else None
+    preds = predictions_of(pods) if sched.predicts else None
     return sched.schedule(request or req(), rows_of(pods), preds, now=0.0,
                           rng=random.Random(seed), fallback_reason=reason)  # fmt: skip
 
@@ -32,8 +34,10 @@ def run(profile, pods, request=None, seed=0, reason=None, **kw):
 @pytest.mark.parametrize(
     ("profile", "pods", "path", "reason"),
     [
-        ("headroom", [P(pred=(1, 1))], "predicted", None),
-        ("headroom", [P()], "fallback", "timeout"),
+        # headroom ranks by the cost model: predictions present or not, it never says predicted
+        ("headroom", [P(pred=(1, 1))], "cost-model", None),
+        ("headroom", [P()], "cost-model", None),
+        ("llmd-predicted", [P(pred=(1, 1))], "predicted", None),
         ("llmd-predicted", [P()], "fallback", "timeout"),
         ("gie-default", [P()], "heuristic", None),
         ("round-robin", [P(pred=(1, 1))], "heuristic", None),
@@ -46,7 +50,7 @@ def test_paths(profile, pods, path, reason):
 
 
 def test_fallback_reason_defaults_to_no_predictions():
-    assert run("headroom", [P()]).fallback_reason == "no_predictions"
+    assert run("llmd-predicted", [P()]).fallback_reason == "no_predictions"
 
 
 def test_predicted_values_of_the_chosen_pod():
@@ -92,14 +96,43 @@ def test_shedding_decision():
 
 
 def test_headroom_weighs_own_latency_against_harm_to_decoding_requests():
-    # pod 0 has a second of prefill queued; pod 1 none but 40 protected decodes to slow down
-    pods = [P(backlog=1.0, service=0.5, **BUSY), P(backlog=0.0, service=0.5, protected=60)]
-    assert run("headroom", pods).chosen == 0  # 1.5 s < 0.5 s + 0.05 x 60 x 0.5 s
-    pods[1].protected = 10
-    assert run("headroom", pods).chosen == 1  # 1.5 s > 0.5 s + 0.05 x 10 x 0.5 s
+    # pod 0 has a second of prefill queued; pod 1 none but protected decodes to slow down.
+    # headroom learns the damage weight: kappa 2 x typical prefill 0.5 s / typical decode
+    # time (100 tokens x the 30 ms TPOT prior) = 1/3 on a fresh scheduler
+    pods = [P(backlog=1.0, service=0.5, **BUSY), P(backlog=0.0, service=0.5, protected=10)]
+    assert run("headroom", pods).chosen == 0  # 1.5 s < 0.5 s + 1/3 x 10 x 0.5 s
+    pods[1].protected = 2
+    assert run("headroom", pods).chosen == 1  # 1.5 s > 0.5 s + 1/3 x 2 x 0.5 s
     # a cached prefix shows as a shorter own prefill
     pods = [P(service=0.05, prefix=1.0, backlog=0.1), P(service=0.5)]
     assert run("headroom", pods).chosen == 0
+
+
+def test_learned_damage_weight_follows_prefill_and_decode_sizes():
+    """Short prompts with long answers (chat) weigh decodes little, long prompts with short
+    answers much: kappa x typical prefill / (typical max_tokens x typical TPOT)."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def learned(service, max_tokens, tpot_ms, n=2000):
+        sc = LatencyCostScorer.create(damageAdapt=True, damageKappa=2.0)
+        sched = Scheduler(
+            "t",
+            [(PredictedLatencyProducer.create(), 1.0), (sc, 1.0), (MaxScorePicker.create(), 1.0)],
+        )
+        pods = [P(service=service, pred=(100, tpot_ms)), P(service=2 * service, pred=(100, 50))]
+        rows = rows_of(pods)
+        for _ in range(n):
+            sched.schedule(req(max_tokens=max_tokens), rows, predictions_of(pods), now=0.0,
+                           rng=random.Random(0))  # fmt: skip
+        return sc.damage_weight()
+
+    chat = learned(0.06, 250, 16.0)
+    reuse = learned(1.0, 150, 30.0)
+    assert chat == pytest.approx(2 * 0.06 / (250 * 0.016), rel=0.02)
+    assert reuse == pytest.approx(2 * 1.0 / (150 * 0.030), rel=0.02)
+    # bounded, and the fixed weight without damageAdapt
+    assert learned(100.0, 1, 1.0, n=50) == 5.0
+    assert LatencyCostScorer.create(damageWeight=0.3).damage_weight() == 0.3
 
 
 def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
@@ -115,6 +148,27 @@ def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
     # time already spent in the gateway's queue counts against the SLO
     assert run("headroom", pods, req(ttft=1500, queued_s=0.2)).chosen == 2
     assert run("headroom", pods, req(ttft=1500, queued_s=0.7)).chosen == 1
+
+
+def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
+    # pod 1 harms nobody but has 20 s queued: a sink. Unbounded, the hopeless request goes
+    # there anyway; with hopelessMaxDelay 3 only pods within 3 x 1.4 s of own TTFT qualify
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    pods = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
+            P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
+
+    def chosen(max_delay):
+        sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, hopelessMaxDelay=max_delay)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        d = sched.schedule(req(ttft=300), rows_of(pods), None, now=0.0, rng=random.Random(0))
+        assert d.notes["latency-cost-scorer"] == "hopeless"
+        return d.ranked
+
+    assert chosen(0.0)[0] == 1
+    assert chosen(3.0) == [2, 0, 1]  # the sink ranks last
+    assert chosen(1.0) == [0, 2, 1]  # only the fastest pod qualifies
+    assert run("headroom", pods, req(ttft=300)).chosen == 2  # the shipped bound is 10 (14 s)
 
 
 def test_slo_headers_beat_prefix_affinity_in_llmd_only_after_affinity():
@@ -232,3 +286,60 @@ def test_every_profile_ranks_a_permutation_or_sheds(pods, profile, ttft, tpot, p
         assert d.scores[d.chosen] is not None
     else:
         assert prio < 0 and d.ranked == [] and d.reject_reason == "slo_unattainable"
+
+
+def _reversed_predictions(pods):
+    """Two prediction sets that rank the pods in opposite orders."""
+    n = len(pods)
+    up = [Prediction(100.0 * (i + 1), 10.0 * (i + 1)) for i in range(n)]
+    return up, list(reversed(up))
+
+
+REQUESTS = {
+    "plain": req(),
+    "slo": req(ttft=5000, tpot=500),
+    "sheddable": req(ttft=5000, tpot=500, priority=-1),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(CFG.profiles))
+@pytest.mark.parametrize("kind", sorted(REQUESTS))
+def test_the_label_says_predicted_exactly_when_predictions_ranked(profile, kind):
+    """x-headroom-routing comes from Decision.path: it must say ``predicted`` when, and only
+    when, the learned predictions decided the ranking. Feed every shipped profile the same
+    pods with two prediction sets that rank them in opposite orders: where the ranking does
+    not move with the predictions, the label must not claim them; where it says predicted,
+    the predictions must have moved it; and the predictors are asked only when a plugin
+    reads them."""
+    sched = CFG.scheduler(profile)
+    request = REQUESTS[kind]
+    pods = [P(waiting=w, kv=0.3, backlog=b, **{"running": 2, "in_flight": 2})
+            for w, b in ((0, 0.4), (1, 0.2), (2, 0.1), (0, 0.3))]  # fmt: skip
+    up, down = _reversed_predictions(pods)
+
+    def once(preds):  # a fresh scheduler each time (round-robin keeps a counter)
+        return CFG.scheduler(profile).schedule(
+            request, rows_of(pods), preds, now=0, rng=random.Random(3)
+        )
+
+    a, b = once(up), once(down)
+    moved = a.ranked != b.ranked
+    assert a.path == b.path
+    assert (a.path == "predicted") == moved, (profile, kind, a.path, a.ranked, b.ranked)
+    if a.path == "predicted":
+        assert sched.reads_predictions(request)
+    if not sched.reads_predictions(request):
+        assert a.path != "predicted"
+        none = once(None)
+        assert none.path == a.path and none.ranked == a.ranked  # predictions not read at all
+
+
+def test_headroom_asks_the_predictors_only_for_sheddable_requests_with_slos():
+    sched = CFG.scheduler("headroom")
+    assert sched.predicts
+    assert not sched.reads_predictions(req())
+    assert not sched.reads_predictions(req(ttft=500))
+    assert not sched.reads_predictions(req(priority=-1))
+    assert sched.reads_predictions(req(ttft=500, priority=-1))
+    assert CFG.scheduler("llmd-predicted").reads_predictions(req())
+    assert not CFG.scheduler("gie-default").reads_predictions(req())

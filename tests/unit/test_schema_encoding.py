@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from shared.features import FEATURES
 from shared.schemas import (
     ModelAnnouncement,
     ModelMeta,
@@ -16,15 +17,17 @@ from shared.schemas import (
     TrainingSample,
 )
 
+N = len(FEATURES)
+
 EXAMPLES = [
-    PredictRequest(rows=[[1.0, 2.5, *[0.0] * 9], [0.1, 1e-9, *[3.0] * 9]]),
+    PredictRequest(rows=[[1.0, 2.5, *[0.0] * (N - 2)], [0.1, 1e-9, *[3.0] * (N - 2)]]),
     PredictReply(status="ok", model_version="v3", ttft_ms=[1.5], tpot_ms=[2.25], replica="r"),
     TrainingSample(
         request_id="r1",
         pool="p",
         pod="pod-1",
         model="m",
-        features=[0.0, 1.5, 1e300, *[2.0] * 8],
+        features=[0.0, 1.5, 1e300, *[2.0] * (N - 3)],
         e2e_ms=12.5,
         input_tokens=100,
         output_tokens=32,

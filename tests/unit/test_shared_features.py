@@ -6,10 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.features import (
+    ALL_COLUMNS,
+    FEATURE_SETS,
     FEATURES,
+    FEATURES_V1,
     TPOT_COLUMNS,
     TTFT_COLUMNS,
     PodLoad,
+    RowContext,
     build_row,
     prefix_bucket,
     select,
@@ -21,6 +25,8 @@ def test_row_layout_follows_schema():
     row = build_row(
         1000, 0.5, PodLoad(waiting=2, running=5, kv_usage=0.3, prefill_tokens_in_flight=400,
                           decode_tokens_in_flight=64, unseen_requests=1),
+        RowContext(max_tokens=128, service_s=0.25, backlog_s=1.5, protected_decodes=4,
+                   gateway_queued=7),
     )  # fmt: skip
     named = dict(zip(FEATURES, row, strict=True))
     assert named == {
@@ -35,9 +41,27 @@ def test_row_layout_follows_schema():
         "effective_input_tokens": 500.0,
         "prefix_score_bucket": 2.0,
         "pod_type": 0.0,
+        "max_tokens": 128.0,
+        "backlog_ms": 1500.0,
+        "service_ms": 250.0,
+        "estimate_ms": 1750.0,
+        "protected_decodes": 4.0,
+        "decode_batch": 9.0,
+        "gateway_queued": 7.0,
     }
     assert select(row, TPOT_COLUMNS) == [1.0, 0.3, 1000.0, 3.0, 5.0, 400.0, 64.0, 0.0]
-    assert len(select(row, TTFT_COLUMNS)) == len(FEATURES)
+    # v1 (llm-d's eleven) is the first eleven columns, unchanged; v2 reads every column
+    assert FEATURES[: len(FEATURES_V1)] == FEATURES_V1 and len(FEATURES_V1) == 11
+    assert FEATURE_SETS["v1"]["ttft"] == TTFT_COLUMNS == tuple(range(11))
+    assert FEATURE_SETS["v2"]["ttft"] == FEATURE_SETS["v2"]["tpot"] == ALL_COLUMNS
+    assert len(select(row, ALL_COLUMNS)) == len(FEATURES)
+
+
+def test_row_without_context_has_zero_estimates():
+    row = build_row(10, 0.0, PodLoad(waiting=1, running=2, kv_usage=0.1))
+    named = dict(zip(FEATURES, row, strict=True))
+    assert named["estimate_ms"] == named["backlog_ms"] == named["max_tokens"] == 0.0
+    assert named["decode_batch"] == 4.0
 
 
 def test_idle_pod_is_not_queued():

@@ -14,7 +14,7 @@ from services.trainer.fitting import (
     missing_targets,
     refit_gate,
 )
-from shared.features import TPOT_COLUMNS, TTFT_COLUMNS
+from shared.features import FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
 from shared.latency_model import LatencyModel, ModelSpec, evaluate, sha256, spec_from_info
 from shared.schemas import ModelMeta
 from tests.unit.trainer_synth import synthetic_samples, true_tpot, true_ttft
@@ -33,7 +33,7 @@ def test_rows() -> np.ndarray:
 def test_training_data_from_samples():
     samples = synthetic_samples(5, seed=1)
     d = TrainingData.from_samples(samples)
-    assert d.rows.shape == (5, 11) and len(d) == 5
+    assert d.rows.shape == (5, len(FEATURES)) and len(d) == 5
     assert d.labels["ttft"].tolist() == [s.ttft_ms for s in samples]
     assert d.labels["e2e"].tolist() == [s.e2e_ms for s in samples]
     assert d.counts() == {"ttft": 5, "tpot": 5, "e2e": 5}

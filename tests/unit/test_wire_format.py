@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared import wire
-from shared.features import FEATURES
+from shared.features import FEATURE_SCHEMA_VERSION, FEATURES
 from shared.schemas import PredictRequest, SchemaError
 
 N = len(FEATURES)
@@ -27,7 +27,7 @@ def test_request_round_trip(dtype):
     assert req.rows.dtype == np.dtype(dtype) and req.rows.shape == (5, N)
     assert np.array_equal(req.rows, ROWS.astype(dtype))
     assert req.segments == (0, 2, 2)
-    assert req.feature_schema == 1
+    assert req.feature_schema == FEATURE_SCHEMA_VERSION
 
 
 def test_single_caller_and_empty_requests():
@@ -94,7 +94,9 @@ def test_malformed_requests(data, reason):
 
 
 def test_wrong_column_count_is_a_bad_row():
-    data = wire._encode(wire.KIND_REQUEST, np.zeros((2, 3), np.float32), feature_schema=1)
+    data = wire._encode(
+        wire.KIND_REQUEST, np.zeros((2, 3), np.float32), feature_schema=FEATURE_SCHEMA_VERSION
+    )
     with pytest.raises(SchemaError) as e:
         wire.decode_request(data)
     assert e.value.reason == "bad_row"

@@ -72,6 +72,9 @@ FLOW_PARAMS = (
     Param("maxWaitS", float, 300.0, "A request queued this long is released to any pod (bounds "
           "how long shortest-first can starve a long prompt)", lo=0.0, lo_open=True,
           hi=86400.0),
+    Param("maxWaitFactor", float, 0.0, "A request queued this multiple of its own estimated "
+          "prefill is released to any pod, when that is shorter than maxWaitS (0: off)",
+          lo=0.0, hi=1e6),
     Param("maxQueued", int, 10_000, "Requests that may wait; past that a request gets 503 "
           "(queue_full) with Retry-After", lo=1, hi=10_000_000),
     Param("bypassHopeless", bool, True, "Release at once (to any pod) a request whose TTFT SLO "
@@ -88,7 +91,8 @@ def flow_config(raw: Any, where: str) -> FlowConfig:
         raise ConfigError(str(err).replace("plugin 'flowControl'", "flowControl")) from None
     return FlowConfig(
         enabled=p["enabled"], max_backlog_s=p["maxBacklogS"], order=p["order"],
-        max_wait_s=p["maxWaitS"], max_queued=p["maxQueued"],
+        max_wait_s=p["maxWaitS"], max_wait_factor=p["maxWaitFactor"],
+        max_queued=p["maxQueued"],
         bypass_hopeless=p["bypassHopeless"], route_to=p["routeTo"],
     )  # fmt: skip
 

@@ -87,7 +87,7 @@ class Decision:
     admitted: bool
     ranked: list[int]  # best first (the chosen pod, then retry order); empty when rejected
     scores: list[float | None]  # combined score per candidate (None: filtered out / unscored)
-    path: str  # predicted | fallback | heuristic
+    path: str  # what ranked the pods: predicted | cost-model | heuristic | fallback
     fallback_reason: str | None = None  # why a predicting profile ran without predictions
     reject_reason: str | None = None  # e.g. slo_unattainable
     reject_message: str | None = None

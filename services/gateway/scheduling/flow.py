@@ -15,8 +15,9 @@ and each released request is routed among the pods with room only. Two kinds of 
 leave the queue regardless and may go to any pod: a request whose TTFT SLO can no longer be
 met even by the least loaded pod (``hopeless``: waiting longer only hurts the requests
 behind it; the scheduler's latency-cost-scorer then places it where it harms the fewest
-others) and one that has waited ``max_wait_s`` (a bound on how long shortest-first can
-starve a long prompt). Past ``max_queued`` waiting requests a new one is refused (the shell
+others) and one that has waited ``max_wait_s``, or ``max_wait_factor`` times its own
+estimated prefill when that is shorter (a bound on how long shortest-first can starve a
+long prompt, relative to what it costs). Past ``max_queued`` waiting requests a new one is refused (the shell
 answers 503 with Retry-After).
 
 The queue is pure (no clock, no I/O): the gateway resolves a future per released request,
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +49,8 @@ class FlowConfig:
     max_backlog_s: float = 0.5
     order: str = "shortest"
     max_wait_s: float = 300.0
+    # a request also leaves once it waited this multiple of its own estimated prefill (0: off)
+    max_wait_factor: float = 0.0
     max_queued: int = 10_000
     bypass_hopeless: bool = True
     route_to: str = "room"  # room: route a released request among pods with room; any: all
@@ -60,6 +62,14 @@ class FlowConfig:
             raise ValueError(f"route_to must be one of {ROUTE_TO}")
         if not self.max_backlog_s > 0 or not self.max_wait_s > 0 or self.max_queued < 1:
             raise ValueError("max_backlog_s, max_wait_s and max_queued must be positive")
+        if self.max_wait_factor < 0:
+            raise ValueError("max_wait_factor must be >= 0")
+
+    def max_wait_for(self, service_s: float) -> float:
+        """How long a request with this estimated prefill may wait in the queue."""
+        if self.max_wait_factor > 0:
+            return min(self.max_wait_s, self.max_wait_factor * service_s)
+        return self.max_wait_s
 
 
 @dataclass(eq=False, slots=True)
@@ -95,7 +105,7 @@ class QueueFull(Exception):
 class _ModelQueue:
     ready: list[tuple] = field(default_factory=list)  # heap: (-priority, key, seq, waiter)
     deadlines: list[tuple] = field(default_factory=list)  # heap: (hopeless at, seq, waiter)
-    arrivals: deque[Waiter] = field(default_factory=deque)  # FIFO, for max_wait_s
+    timeouts: list[tuple] = field(default_factory=list)  # heap: (must leave at, seq, waiter)
     reserved: int = 0
     queued: int = 0
 
@@ -147,7 +157,8 @@ class FlowQueue:
             # hopeless for sure once even an idle pod cannot serve it in time
             due = waiter.arrived_at + waiter.slo_ttft_ms / 1000.0 - waiter.service_s
             heapq.heappush(q.deadlines, (due, waiter.seq, waiter))
-        q.arrivals.append(waiter)
+        leave = waiter.arrived_at + self.config.max_wait_for(waiter.service_s)
+        heapq.heappush(q.timeouts, (leave, waiter.seq, waiter))
         q.queued += 1
         self.queued += 1
         return False
@@ -206,9 +217,8 @@ class FlowQueue:
                 self._dequeue(q, w)
                 self._release(q, w, HOPELESS, now)
                 out.append(w)
-        limit = now - self.config.max_wait_s
-        while q.arrivals and (q.arrivals[0].state != QUEUED or q.arrivals[0].arrived_at < limit):
-            w = q.arrivals.popleft()
+        while q.timeouts and (q.timeouts[0][2].state != QUEUED or q.timeouts[0][0] < now):
+            w = heapq.heappop(q.timeouts)[2]
             if w.state == QUEUED:
                 self._dequeue(q, w)
                 self._release(q, w, MAX_WAIT, now)

@@ -5,7 +5,9 @@ routing lab (bench/lab), so both route a request exactly the same way.
    build the candidates' feature rows (:func:`build_candidate_rows`) and the
    :class:`SchedulingRequest`;
 2. the shell obtains predictions for ``prepared.rows.rows`` when
-   ``prepared.scheduler.needs_predictions`` (the gateway over NATS, the lab in process);
+   ``prepared.scheduler.reads_predictions(prepared.request)`` (the gateway over NATS, the
+   lab in process), then re-reads the loads with :func:`refresh` (other requests were
+   dispatched meanwhile);
 3. :func:`decide` — run the profile (:meth:`Scheduler.schedule`);
 4. :func:`on_dispatch` when the request is sent to a ranked pod (in-flight accounting with
    the pod's uncached prompt tokens) and :func:`on_accepted` once the pod took it (the prefix
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.gateway.scheduling.config import SchedulingConfig
 from services.gateway.scheduling.cost_model import CostModel
@@ -66,20 +68,24 @@ def prepare(
     cost: CostModel | None = None,
     hashes: Sequence[int] | None = None,
     queued_s: float = 0.0,
+    gateway_queued: int = 0,
 ) -> PreparedRequest:
     """Build the cycle's inputs for a prompt of ``tokens`` over ``candidates`` (non-empty).
 
     ``priority`` None takes the model objective's priority from ``config``; the prefix
     blocks are hashed here (unless ``hashes`` already are) and reused by :func:`on_accepted`;
     ``cost`` (the pod view's cost model) adds each pod's estimated prefill seconds;
-    ``queued_s`` is the time the request already waited in the gateway's queue."""
+    ``queued_s`` is the time the request already waited in the gateway's queue and
+    ``gateway_queued`` how many requests wait there now (a feature column)."""
     sched = schedulers[profile]
     if priority is None:
         priority = config.objective(model).priority
     if hashes is None:
         hashes = index.hashes(tokens)
     n = len(tokens)
-    rows = build_candidate_rows(candidates, n, hashes, index, cost)
+    rows = build_candidate_rows(
+        candidates, n, hashes, index, cost, max_tokens=max_tokens, gateway_queued=gateway_queued
+    )
     request = SchedulingRequest(
         model=model, input_tokens=n, prefix_hashes=hashes, slo_ttft_ms=slo_ttft_ms,
         slo_tpot_ms=slo_tpot_ms, priority=priority, max_tokens=max_tokens,
@@ -128,6 +134,23 @@ def waiter(
         priority = config.objective(model).priority
     service = best_service_s(cost, index, candidates, tokens, hashes)
     return Waiter(model, priority, service, now, slo_ttft_ms, payload=payload)
+
+
+def refresh(prepared: PreparedRequest, candidates: Sequence[Candidate]) -> PreparedRequest:
+    """The same request with its candidates' loads read again (``candidates``: the view's
+    candidates now; matched by pod name, pods no longer listed keep their old state).
+
+    Call it after the prediction call, just before :func:`decide`: requests of the same
+    burst were dispatched while the predictions were computed, and scorers that read the
+    pods' loads (backlog, decodes, queue) would otherwise all see the loads from before the
+    call and send the whole burst to the same pod (measured in the routing lab: a 2 ms call
+    on bursty chat traffic raised headroom's TTFT p50 by half; docs/scheduling.md). The
+    feature rows, prefix scores and service estimates stay: the predictions were made on
+    them."""
+    now = {c.name: c for c in candidates}
+    rows = prepared.rows
+    fresh = [now.get(c.name, c) for c in rows.candidates]
+    return PreparedRequest(prepared.scheduler, prepared.request, replace(rows, candidates=fresh))
 
 
 def decide(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from services.gateway.scheduling.cost_model import CostModel
 from services.gateway.scheduling.pod_view import Candidate
 from services.gateway.scheduling.prefix_index import PrefixIndex
-from shared.features import build_row
+from shared.features import RowContext, build_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +37,28 @@ def build_candidate_rows(
     hashes: Sequence[int],
     index: PrefixIndex,
     cost: CostModel | None = None,
+    *,
+    max_tokens: int = 0,
+    gateway_queued: int = 0,
 ) -> CandidateRows:
     """Rows, prefix scores and index sizes per candidate; with ``cost``, also the estimated
-    seconds each pod needs to prefill the prompt's part it does not have cached (its hardware
-    class's cost model)."""
+    seconds each pod needs to prefill the prompt's part it does not have cached (its
+    hardware class's cost model). The rows'
+    v2 columns take the request's ``max_tokens``, the pod view's estimates per candidate
+    and ``gateway_queued`` (requests held in the gateway's flow-control queue)."""
     cands = list(candidates)
     scores = index.scores((c.name for c in cands), hashes)
-    rows = [build_row(input_tokens, s, c.load) for c, s in zip(cands, scores, strict=True)]
     service = None
     if cost is not None:
         service = [
             cost.for_class(c.hardware_class).estimate((1.0 - s) * input_tokens, s * input_tokens)
             for c, s in zip(cands, scores, strict=True)
         ]
+    rows = []
+    for i, (c, s) in enumerate(zip(cands, scores, strict=True)):
+        ctx = RowContext(
+            max_tokens, service[i] if service else 0.0, c.backlog_s, c.protected_decodes,
+            gateway_queued,
+        )  # fmt: skip
+        rows.append(build_row(input_tokens, s, c.load, ctx))
     return CandidateRows(cands, scores, rows, [index.blocks(c.name) for c in cands], service)

@@ -3,7 +3,13 @@
 Order of a cycle: producer (attach predictions) -> admitters (may shed) -> filters in listed
 order -> scorers (weighted sum into each pod's score) -> picker (ranking). Pure and
 synchronous: the shell obtains predictions *before* calling :meth:`Scheduler.schedule`, and
-only when :attr:`Scheduler.needs_predictions` is true; time and randomness are passed in.
+only when :meth:`Scheduler.reads_predictions` says a plugin of the profile reads them for
+this request; time and randomness are passed in.
+
+The decision's ``path`` (the routing label) names what ranked the pods, from the weighted
+scorers' and the picker's ``ranked_by``: ``fallback`` if one of them would have read
+predictions that were missing, else ``predicted`` if one read them, else ``cost-model`` if
+one ranked by the analytic cost model, else ``heuristic``.
 
 Per-plugin timing is an optional hook (:class:`PluginTimer`); without it no clock is read.
 """
@@ -16,13 +22,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from services.gateway.scheduling.cycle import CycleState, Decision, PodState, SchedulingRequest
-from services.gateway.scheduling.plugin import Admitter, Filter, Picker, Plugin, Producer, Scorer
+from services.gateway.scheduling.plugin import (
+    RANKED_COST_MODEL,
+    RANKED_FALLBACK,
+    RANKED_HEURISTIC,
+    RANKED_PREDICTED,
+    Admitter,
+    Filter,
+    Picker,
+    Plugin,
+    Producer,
+    Scorer,
+)
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.rows import CandidateRows
 
-PATH_PREDICTED = "predicted"
-PATH_FALLBACK = "fallback"
-PATH_HEURISTIC = "heuristic"
+PATH_PREDICTED = RANKED_PREDICTED
+PATH_COST_MODEL = RANKED_COST_MODEL
+PATH_FALLBACK = RANKED_FALLBACK
+PATH_HEURISTIC = RANKED_HEURISTIC
+PATHS = (PATH_PREDICTED, PATH_COST_MODEL, PATH_HEURISTIC, PATH_FALLBACK)
 REASON_NO_PREDICTIONS = "no_predictions"
 
 
@@ -71,8 +90,17 @@ class Scheduler:
         self.timer = timer
 
     @property
-    def needs_predictions(self) -> bool:
-        return self.producer is not None and self.producer.NEEDS_PREDICTIONS
+    def predicts(self) -> bool:
+        """The profile has a prediction producer: the learning loop serves it (some requests
+        may read predictions; see :meth:`reads_predictions`)."""
+        return self.producer is not None
+
+    def reads_predictions(self, request: SchedulingRequest) -> bool:
+        """Some plugin of the profile reads the predictions for ``request``: only then does
+        the shell ask the predictors."""
+        if self.producer is None:
+            return False
+        return any(p.reads_predictions(request) for p in self.plugins if p is not self.producer)
 
     @property
     def predict_budget_ms(self) -> float | None:
@@ -119,12 +147,6 @@ class Scheduler:
                 timer.observe(self.producer, clock() - t0)
             else:
                 self.producer.produce(cycle, predictions)
-            if cycle.has_predictions:
-                path, reason = PATH_PREDICTED, None
-            else:
-                path, reason = PATH_FALLBACK, fallback_reason or REASON_NO_PREDICTIONS
-        else:
-            path, reason = PATH_HEURISTIC, None
 
         for adm in self.admitters:
             if timer:
@@ -134,6 +156,12 @@ class Scheduler:
             else:
                 verdict = adm.admit(cycle)
             if verdict is not None:
+                # the admitter decided: shed on the predictions it read
+                path, reason = (
+                    (PATH_PREDICTED, None)
+                    if adm.reads_predictions(request) and cycle.has_predictions
+                    else self._ranked_by(cycle, fallback_reason)
+                )
                 return Decision(
                     self.profile, False, [], [None] * n, path, reason,
                     reject_reason=verdict[0], reject_message=verdict[1], notes=cycle.notes,
@@ -168,6 +196,7 @@ class Scheduler:
         else:
             order = self.picker.pick(cycle, alive)
 
+        path, reason = self._ranked_by(cycle, fallback_reason)
         scores: list[float | None] = [None] * n
         for p in alive:
             scores[p.index] = p.score
@@ -181,3 +210,14 @@ class Scheduler:
             predicted_ttft_ms=best.pred_ttft_ms, predicted_tpot_ms=best.pred_tpot_ms,
             notes=cycle.notes,
         )  # fmt: skip
+
+    def _ranked_by(self, cycle: CycleState, fallback_reason: str | None) -> tuple[str, str | None]:
+        """(path, fallback reason) of the cycle (see the module docstring)."""
+        seen = {s.ranked_by(cycle) for s, w in self.scorers if w}
+        seen.add(self.picker.ranked_by(cycle))
+        if RANKED_FALLBACK in seen:
+            return PATH_FALLBACK, fallback_reason or REASON_NO_PREDICTIONS
+        for path in (PATH_PREDICTED, PATH_COST_MODEL):
+            if path in seen:
+                return path, None
+        return PATH_HEURISTIC, None

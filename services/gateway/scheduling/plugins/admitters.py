@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.gateway.scheduling.cycle import CycleState
+from services.gateway.scheduling.cycle import CycleState, SchedulingRequest
 from services.gateway.scheduling.params import Param
 from services.gateway.scheduling.plugin import Admitter
 
@@ -24,6 +24,9 @@ class LatencySloAdmitter(Admitter):
     def __init__(self, name, params) -> None:
         super().__init__(name, params)
         self.cold: float = params["coldKvThreshold"]
+
+    def reads_predictions(self, request: SchedulingRequest) -> bool:
+        return request.priority < 0 and request.has_slo
 
     def admit(self, cycle: CycleState) -> tuple[str, str] | None:
         req = cycle.request

@@ -16,6 +16,10 @@ it goes, so with ``sacrificeHopeless`` it goes where it harms the fewest protect
 
     cost_i   = protected_i x service_i + hopelessLatencyWeight x own_i
 
+among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the others rank
+after them by own TTFT), so a sacrificed request waits at most that multiple of what the
+fastest pod would give it and no pod becomes a sink of ever longer waits.
+
 Scores are ``(max cost - cost) / (max cost - min cost)`` (1 for the cheapest, all 1 when
 equal). The picture behind it: one long prefill (a 100k-token prompt takes ~15 s on an H100
 and every step of it is ~1 s of attention) ruins TPOT for every request decoding beside it,
@@ -24,16 +28,20 @@ so long or hopeless prompts are steered to pods where little would be ruined.
 
 from __future__ import annotations
 
-from services.gateway.scheduling.cycle import CycleState, PodState
+from services.gateway.scheduling.cycle import CycleState, PodState, SchedulingRequest
 from services.gateway.scheduling.params import Param
-from services.gateway.scheduling.plugin import Scorer
+from services.gateway.scheduling.plugin import RANKED_COST_MODEL, Scorer
 
 _EPS = 1e-12
+_ALPHA = 0.01  # EWMA step of the typical sizes (damageAdapt)
+_PRIOR_TPOT_S = 0.03  # typical TPOT until predictions arrive (an H100-class decode step)
+_MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
 
 
 class LatencyCostScorer(Scorer):
     TYPE = "latency-cost-scorer"
     DOC = "Scores pods by own TTFT plus the prefill delay inflicted on requests decoding there."
+    RANKS_BY = RANKED_COST_MODEL
     PARAMS = (
         Param("damageWeight", float, 0.05, "Weight of the delay inflicted on each protected "
               "decoding request (seconds of its time per second of own TTFT)", lo=0.0,
@@ -46,6 +54,14 @@ class LatencyCostScorer(Scorer):
         Param("hopelessLatencyWeight", float, 0.01, "Weight of a hopeless request's own TTFT "
               "against the harm it does (higher spreads hopeless requests, bounding their "
               "latency)", lo=0.0, hi=100.0),
+        Param("hopelessMaxDelay", float, 0.0, "A hopeless request goes only to pods where its "
+              "own TTFT is at most this multiple of its least own TTFT over the pods (bounds "
+              "the sacrificed requests' wait; 0: no bound)", lo=0.0, hi=1000.0),
+        Param("damageAdapt", bool, False, "Learn the damage weight online instead of "
+              "damageWeight: damageKappa x typical own prefill / typical decode time, both "
+              "measured from the requests scheduled"),
+        Param("damageKappa", float, 5.0, "With damageAdapt: relative worth of a decode's "
+              "time against own TTFT, each relative to its typical size", lo=0.0, hi=1000.0),
     )  # fmt: skip
 
     def __init__(self, name, params) -> None:
@@ -54,6 +70,36 @@ class LatencyCostScorer(Scorer):
         self.predicted: bool = params["latency"] == "predicted"
         self.sacrifice: bool = params["sacrificeHopeless"]
         self.hopeless_own: float = params["hopelessLatencyWeight"]
+        self.max_delay: float = params["hopelessMaxDelay"]
+        self.adapt: bool = params["damageAdapt"]
+        self.kappa: float = params["damageKappa"]
+        # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
+        self.typical_service_s: float | None = None  # the request's best prefill estimate
+        self.typical_tokens: float | None = None  # its decode budget (max_tokens)
+        self.typical_tpot_s: float = _PRIOR_TPOT_S  # the best predicted TPOT over the pods
+
+    def damage_weight(self) -> float:
+        """The weight of each protected decode's delay: damageWeight, or with damageAdapt
+        damageKappa x typical prefill / typical decode time (clamped to a sane range)."""
+        if not self.adapt or self.typical_service_s is None or not self.typical_tokens:
+            return self.w
+        decode_s = self.typical_tokens * self.typical_tpot_s
+        return min(_MAX_W, max(_MIN_W, self.kappa * self.typical_service_s / decode_s))
+
+    def _learn(self, cycle: CycleState, pods: list[PodState]) -> None:
+        svc = min(p.service_s for p in pods)
+        tok = float(cycle.request.max_tokens)
+        if self.typical_service_s is None or self.typical_tokens is None:
+            self.typical_service_s, self.typical_tokens = svc, tok
+        else:
+            self.typical_service_s += _ALPHA * (svc - self.typical_service_s)
+            self.typical_tokens += _ALPHA * (tok - self.typical_tokens)
+        tpots = [p.pred_tpot_ms for p in pods if p.pred_tpot_ms is not None and p.pred_tpot_ms > 0]
+        if cycle.has_predictions and tpots:
+            self.typical_tpot_s += _ALPHA * (min(tpots) / 1000.0 - self.typical_tpot_s)
+
+    def reads_predictions(self, request: SchedulingRequest) -> bool:
+        return self.predicted
 
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
@@ -63,6 +109,9 @@ class LatencyCostScorer(Scorer):
     def score(self, cycle: CycleState, pods: list[PodState]) -> list[float]:
         if not pods:
             return []
+        if self.adapt:
+            self._learn(cycle, pods)
+        w = self.damage_weight()
         own = [self.own_seconds(cycle, p) for p in pods]
         req = cycle.request
         slo = req.slo_ttft_ms
@@ -72,9 +121,17 @@ class LatencyCostScorer(Scorer):
                 p.candidate.protected_decodes * p.service_s + self.hopeless_own * o
                 for p, o in zip(pods, own, strict=True)
             ]
+            if self.max_delay > 0:
+                # never more than max_delay x the best own TTFT: pods beyond rank after every
+                # pod within, by own TTFT (no pod becomes a sink of ever longer waits)
+                bound = self.max_delay * min(own)
+                top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
+                costs = [
+                    c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)
+                ]
         else:
             costs = [
-                o + self.w * p.candidate.protected_decodes * p.service_s
+                o + w * p.candidate.protected_decodes * p.service_s
                 for p, o in zip(pods, own, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"

@@ -17,6 +17,7 @@ class PrefixCacheAffinityFilter(Filter):
 
     TYPE = "prefix-cache-affinity-filter"
     DOC = "Keeps only pods holding the prompt's prefix, with exploration and a TTFT load gate."
+    READS_PREDICTIONS = True  # the load gate (maxTTFTPenaltyMs) and sloAware
     PARAMS = (
         Param("threshold", float, 0.80, "Prefix score a pod needs to count as sticky "
               "(0 disables the filter)", lo=0.0, hi=1.0),
@@ -73,6 +74,7 @@ class SloHeadroomTierFilter(Filter):
 
     TYPE = "slo-headroom-tier-filter"
     DOC = "Keeps the pods predicted to meet the SLOs (with a small chance of the others)."
+    READS_PREDICTIONS = True
     PARAMS = (
         Param("positiveTierProbability", float, 0.99, "Probability of keeping the tier that "
               "meets the SLOs when both tiers are non-empty", lo=0.0, hi=1.0),

@@ -37,6 +37,7 @@ def _norm(xs: list[float], flat: float) -> list[float]:
 class LatencyScorer(Scorer):
     TYPE = "latency-scorer"
     DOC = "Scores pods by predicted SLO headroom; composite load/prefix score without predictions."
+    READS_PREDICTIONS = True  # headroom from the producer; composite without predictions
     PARAMS = (
         Param("strategy", str, "least", "least: tightest positive headroom wins (bin-packing); "
               "most: largest headroom wins (spreading)", choices=("least", "most")),

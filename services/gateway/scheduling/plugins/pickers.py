@@ -10,6 +10,7 @@ from services.gateway.scheduling.plugin import Picker
 class MaxScorePicker(Picker):
     TYPE = "max-score-picker"
     DOC = "Highest combined score first; exact ties broken at random."
+    RANKS_BY = None  # follows the scores
 
     def pick(self, cycle: CycleState, pods: list[PodState]) -> list[PodState]:
         r = cycle.rng.random
@@ -25,6 +26,7 @@ class WeightedRandomPicker(Picker):
 
     TYPE = "weighted-random-picker"
     DOC = "Chooses with probability proportional to the score (A-Res); uniform if all <= 0."
+    RANKS_BY = None  # follows the scores
 
     def pick(self, cycle: CycleState, pods: list[PodState]) -> list[PodState]:
         r = cycle.rng.random

@@ -31,7 +31,7 @@ from services.gateway.scheduling.prediction import Prediction
 class PredictedLatencyProducer(Producer):
     TYPE = "predicted-latency-producer"
     DOC = "Attaches predicted TTFT/TPOT and SLO headroom to every candidate pod."
-    NEEDS_PREDICTIONS = True
+    RANKS_BY = None
     PARAMS = (
         Param("budgetMs", float, 400.0, "Deadline of the one prediction call per request "
               "(the gateway uses min(this, HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS))",
