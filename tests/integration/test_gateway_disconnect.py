@@ -184,8 +184,11 @@ async def test_leaving_a_stream_drops_the_pod_request(isolated):
 
 async def test_leaving_while_routed_dispatches_nothing(isolated):
     # routing waits for the prediction call here: a predictor that does not answer within
-    # the profile's budget (400 ms; the gateway's own deadline raised above it)
-    async with gateway_stack(isolated, n_pods=1, predict_timeout_ms=10_000.0) as st:
+    # the profile's budget (400 ms; the gateway's own deadline raised above it); a profile
+    # whose scorer reads the predictions (headroom asks only for sheddable SLO requests)
+    async with gateway_stack(
+        isolated, n_pods=1, predict_timeout_ms=10_000.0, profile="headroom-learned"
+    ) as st:
         await st.snapshot()
         asked = asyncio.Event()
 

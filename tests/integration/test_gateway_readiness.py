@@ -44,7 +44,10 @@ async def _hold(st: Stack, seconds: float) -> list[tuple[int, str]]:
 
 async def test_readiness_stays_true_through_a_short_nats_restart(own_nats, names):
     infra = {"nats_url": own_nats.url, "names": names}
-    async with gateway_stack(infra, n_pods=2, nats_outage_grace_s=4.0) as st:
+    # headroom-learned asks the predictors on every request (headroom: only sheddable SLO ones)
+    async with gateway_stack(
+        infra, n_pods=2, nats_outage_grace_s=4.0, profile="headroom-learned"
+    ) as st:
         await st.snapshot()
         assert await _get(st, "/readyz") == (
             200, {"status": "ok", "ready": True, "nats_connected": True,

@@ -82,7 +82,9 @@ async def test_health_is_answered_while_saturated(isolated):
                 pass
             await asyncio.sleep(0.1)
 
-        x = np.resize(synthetic_window(100, seed=9).rows(), (ROWS, 11))
+        rows = synthetic_window(100, seed=9).rows()  # the current feature schema's columns
+        # as many bytes per request as ROWS rows of llm-d's 11 columns (NATS max payload)
+        x = np.resize(rows, (ROWS * 11 // rows.shape[1], rows.shape[1]))
         payload = wire.encode_request(x)
         outstanding = 0
         answered = 0

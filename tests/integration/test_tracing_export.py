@@ -56,7 +56,15 @@ async def test_the_stack_exports_one_trace_per_request(infra):
             predictors=1,
             log_level="WARNING",
             restart=False,
-            env={"*": otel, "gateway": {"HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000"}},
+            env={
+                "*": otel,
+                "gateway": {
+                    # a profile that asks the predictors on every request (headroom asks
+                    # only for sheddable SLO requests), so the trace reaches the predictor
+                    "HEADROOM_GATEWAY_PREDICT_TIMEOUT_MS": "1000",
+                    "HEADROOM_GATEWAY_PROFILE": "headroom-learned",
+                },
+            },
         ),
         log=logs.append,
     )

@@ -52,7 +52,8 @@ def test_jetstream_names_replace_vllm_names():
         assert got[name] == {"": 0.0}
     for name in JETSTREAM_HISTOGRAMS:
         assert got[f"{name}_count"] == {"": 0.0}
-    assert set(got["_labels"]) == {"id", "model_name"}
+    # "class" is headroom_hardware_info's label (the pod's hardware class)
+    assert set(got["_labels"]) == {"id", "model_name", "class"}
     assert 'id="tpu-0"' in text and 'model_name="llama"' in text
 
 
