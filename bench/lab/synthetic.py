@@ -17,6 +17,8 @@ TRACES_ENV = "HEADROOM_TRACES_DIR"
 CHECKOUT = Path(__file__).resolve().parents[2]
 # small slices of both real traces, shipped with their licence (tests/data/traces/README.md)
 TRACE_SLICES_DIR = CHECKOUT / "tests" / "data" / "traces"
+# the full traces are never part of the checkout: by default they lie beside it
+DEFAULT_TRACES_DIR = CHECKOUT.parent / "shared" / "traces"
 
 
 def traces_dir() -> Path:
@@ -25,7 +27,7 @@ def traces_dir() -> Path:
     env = os.environ.get(TRACES_ENV)
     if env:
         return Path(env)
-    return CHECKOUT.parent / "shared" / "traces"
+    return DEFAULT_TRACES_DIR
 
 
 def write_mooncake_trace(

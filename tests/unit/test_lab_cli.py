@@ -69,8 +69,9 @@ def test_traces_dir_env(monkeypatch, tmp_path):
 
 
 def test_traces_dir_default_is_beside_the_checkout(monkeypatch):
-    from bench.lab.synthetic import CHECKOUT, TRACE_SLICES_DIR
+    from bench.lab.synthetic import CHECKOUT, DEFAULT_TRACES_DIR, TRACE_SLICES_DIR
 
     monkeypatch.delenv("HEADROOM_TRACES_DIR", raising=False)
-    assert traces_dir() == CHECKOUT.parent / "shared" / "traces"
+    assert traces_dir() == DEFAULT_TRACES_DIR
+    assert not DEFAULT_TRACES_DIR.is_relative_to(CHECKOUT)  # beside the checkout, not in it
     assert TRACE_SLICES_DIR.is_relative_to(CHECKOUT) and TRACE_SLICES_DIR.is_dir()
