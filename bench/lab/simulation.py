@@ -262,7 +262,7 @@ class LabSimulation:
                 rec.finished_s = t
                 rec.output_tokens = ev.index + 1
                 rec.status = OK
-                self.view.on_finish(ev.req_id)
+                self.view.on_finish(ev.req_id, t, rec.output_tokens)
                 del self._open[ev.req_id]
                 if self.learner is not None:
                     self._sample(ev.req_id, op, t)

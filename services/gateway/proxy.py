@@ -397,7 +397,7 @@ class _Exchange:
         self.life.finish()  # the outcome is decided: a disconnect now changes nothing
         if self.stream is not None and not self.stream.done:
             self.stream.close()  # failed or abandoned: drop the pod connection
-        self.gw.view.on_finish(self.request_id)
+        self.gw.view.on_finish(self.request_id, self.gw.clock(), self.acc.output_tokens())
         self.gw.metrics.in_flight.dec()
         if self.caller is not None:
             self.caller.settled(self.acc.output_tokens())

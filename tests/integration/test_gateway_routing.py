@@ -218,6 +218,10 @@ async def test_headroom_asks_the_predictors_only_when_a_plugin_reads_them(isolat
                 assert status == 200 and h["x-headroom-routing"] == "cost-model", h
                 assert "x-headroom-model-version" not in h
             assert seen == []
+            # yet the learned damage weight has a TPOT: measured from the finished requests
+            now = st.gw.clock()
+            measured = [c.tpot_s for c in st.gw.view.candidates(MODEL, now) if c.tpot_s]
+            assert measured and all(0 < t < 5.0 for t in measured), measured
             sheddable = {"x-slo-ttft-ms": "5000", "x-headroom-priority": "-1"}
             status, h, _ = await st.post(CMPL, body, sheddable)
             assert status == 200 and h["x-headroom-routing"] == "cost-model", h

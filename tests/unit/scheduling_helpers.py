@@ -28,12 +28,13 @@ class P:
     backlog: float = 0.0  # seconds of prefill queued (the pod view's cost-model estimate)
     service: float = 0.1  # this request's own prefill estimate there, seconds
     protected: int = 0  # decoding requests still within their SLO
+    tpot_s: float | None = None  # measured recent TPOT there (the pod view's EWMA)
 
 
 def rows_of(pods: list[P], input_tokens: int = 100) -> CandidateRows:
     cands = [
         Candidate(f"pod-{i}", f"http://pod-{i}", PodLoad(p.waiting, p.running, p.kv), False,
-                  None, p.in_flight, p.tpot_slo, p.backlog, p.protected)
+                  None, p.in_flight, p.tpot_slo, p.backlog, p.protected, p.tpot_s)
         for i, p in enumerate(pods)
     ]  # fmt: skip
     scores = [p.prefix for p in pods]

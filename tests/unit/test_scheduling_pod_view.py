@@ -210,6 +210,33 @@ def test_protected_decodes_are_the_ones_within_their_ttft_slo():
     assert v.candidates(MODEL, 106.0)[0].protected_decodes == 2
 
 
+def test_finished_requests_measure_their_pods_tpot():
+    v = view(rec("a"), rec("b"))
+    assert [c.tpot_s for c in v.candidates(MODEL, 100.0)] == [None, None]
+    v.on_dispatch("r1", "a", 100, 50, 100.0)
+    v.on_first_token("r1", 100.2)
+    v.on_finish("r1", 101.2, output_tokens=51)  # 50 tokens after the first in 1 s: 20 ms
+    v.on_dispatch("r2", "b", 100, 50, 100.0)
+    v.on_first_token("r2", 100.1)
+    v.on_finish("r2", 100.1, output_tokens=1)  # one token: no TPOT
+    v.on_dispatch("r3", "b", 100, 50, 100.0)
+    v.on_finish("r3", 101.0, output_tokens=0)  # failed before its first token: none
+    v.on_dispatch("r4", "b", 100, 50, 100.0)
+    v.on_first_token("r4")  # no time given: cannot measure
+    v.on_finish("r4", 102.0, output_tokens=10)
+    a, b = v.candidates(MODEL, 102.0)
+    assert a.tpot_s == pytest.approx(0.02) and b.tpot_s is None
+    # an EWMA: a slower request moves it a step (5%) towards its own TPOT
+    v.on_dispatch("r5", "a", 100, 50, 103.0)
+    v.on_first_token("r5", 103.0)
+    v.on_finish("r5", 105.0, output_tokens=51)  # 40 ms
+    assert v.candidates(MODEL, 105.0)[0].tpot_s == pytest.approx(0.02 + 0.05 * 0.02)
+    # a pod that leaves the snapshot is forgotten
+    v.apply_snapshot(PodSnapshot(pool="p", ts=106.0, pods=[rec("b", scraped_at=106.0)]))
+    v.apply_snapshot(PodSnapshot(pool="p", ts=107.0, pods=[rec("a", scraped_at=107.0)]))
+    assert v.candidates(MODEL, 107.0)[0].tpot_s is None
+
+
 def test_only_requests_dispatched_to_an_idle_pod_teach_the_cost_model():
     v = view(rec("a"), rec("b", waiting=3))
     v.on_dispatch("r1", "a", 2000, 10, 100.0)  # idle pod: teaches

@@ -135,6 +135,34 @@ def test_learned_damage_weight_follows_prefill_and_decode_sizes():
     assert LatencyCostScorer.create(damageWeight=0.3).damage_weight() == 0.3
 
 
+def test_learned_damage_weight_reads_the_measured_tpot_without_predictions():
+    """headroom does not ask the predictors for most requests: the typical TPOT comes from
+    the pod view's measured TPOT (the least over the pods), which wins over a prediction."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def learned(pods, with_predictions, n=2000):
+        sc = LatencyCostScorer.create(damageAdapt=True, damageKappa=2.0)
+        sched = Scheduler(
+            "t",
+            [(PredictedLatencyProducer.create(), 1.0), (sc, 1.0), (MaxScorePicker.create(), 1.0)],
+        )
+        rows = rows_of(pods)
+        preds = predictions_of(pods) if with_predictions else None
+        for _ in range(n):
+            sched.schedule(req(max_tokens=200), rows, preds, now=0.0, rng=random.Random(0))
+        return sc.damage_weight()
+
+    measured = [P(service=0.1, tpot_s=0.012), P(service=0.2, tpot_s=0.020)]
+    assert learned(measured, False) == pytest.approx(2 * 0.1 / (200 * 0.012), rel=0.02)
+    # no measurement, no predictions: the 30 ms prior
+    assert learned([P(service=0.1), P(service=0.2)], False) == pytest.approx(
+        2 * 0.1 / (200 * 0.030), rel=0.02
+    )
+    # a measurement beats a prediction (50 ms predicted, 12 ms measured)
+    both = [P(service=0.1, tpot_s=0.012, pred=(100, 50)), P(service=0.2, pred=(100, 60))]
+    assert learned(both, True) == pytest.approx(2 * 0.1 / (200 * 0.012), rel=0.02)
+
+
 def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
     # the TTFT SLO (300 ms) is out of reach everywhere: the pod with the fewest protected
     # decodes takes it even though its own wait there is the longest

@@ -63,6 +63,7 @@ class _Ticket:
     idle: bool = False  # nothing to prefill ahead at dispatch: its TTFT is its own prefill
     protected: bool = True  # met its TTFT SLO (or had none): counted while decoding
     hardware_class: str | None = None  # its pod's (which cost model it teaches)
+    first_token_at: float | None = None  # when its first token arrived (the caller's clock)
 
 
 @dataclass(slots=True)
@@ -98,6 +99,7 @@ class Candidate:
     tightest_tpot_slo_ms: float | None = None
     backlog_s: float = 0.0  # estimated seconds of prefill this gateway has queued there
     protected_decodes: int = 0  # decoding requests a new prefill would slow down
+    tpot_s: float | None = None  # measured recent TPOT of this gateway's requests there
 
     @property
     def hardware_class(self) -> str | None:
@@ -136,6 +138,8 @@ class PodView:
         self.on_change: Callable[[], None] | None = None
         # EWMA of dispatched requests' estimates, per hardware class
         self._mean_service_s: dict[str | None, float] = {}
+        # pod -> EWMA of the TPOT its finished requests measured (on_finish with now)
+        self._tpot_s: dict[str, float] = {}
         self._records: dict[str, PodRecord] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._tickets: dict[str, _Ticket] = {}  # request id -> ticket
@@ -165,6 +169,8 @@ class PodView:
         self.misses.retain(latest)
         for name in [n for n in self._first_token_at if n not in latest]:
             del self._first_token_at[name]
+        for name in [n for n in self._tpot_s if n not in latest]:
+            del self._tpot_s[name]
         records = {
             name: self.misses.admit(rec, not rec.ready and self.served_recently(name, now))
             for name, rec in latest.items()
@@ -231,7 +237,7 @@ class PodView:
                 Candidate(
                     name, rec.url, load, self.is_stale(rec, now), rec,
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
-                    backlog, protected,
+                    backlog, protected, self._tpot_s.get(name),
                 )
             )  # fmt: skip
         return out
@@ -341,6 +347,7 @@ class PodView:
         fl.decode_tokens += t.max_tokens
         if now is not None:
             self._first_token_at[t.pod] = now
+            t.first_token_at = now
             ttft_s = now - t.dispatched_at
             if t.ttft_slo_ms is not None:
                 t.protected = ttft_s * 1000.0 <= t.ttft_slo_ms
@@ -350,12 +357,19 @@ class PodView:
         fl.protected += t.protected
         self._changed()
 
-    def on_finish(self, request_id: str) -> None:
+    def on_finish(self, request_id: str, now: float | None = None, output_tokens: int = 0) -> None:
         """The request ended for any reason (success, failure, client disconnect).
-        Idempotent; unknown ids are ignored."""
+        Idempotent; unknown ids are ignored. With ``now`` and the ``output_tokens`` it
+        streamed, a request that decoded at least two tokens measures its pod's TPOT
+        (time from its first token to its last over the tokens after the first), which the
+        view keeps per pod as an EWMA (``Candidate.tpot_s``)."""
         t = self._tickets.pop(request_id, None)
         if t is None:
             return
+        if now is not None and output_tokens >= 2 and t.first_token_at is not None:
+            tpot = max(0.0, now - t.first_token_at) / (output_tokens - 1)
+            m = self._tpot_s.get(t.pod)
+            self._tpot_s[t.pod] = tpot if m is None else m + _TPOT_ALPHA * (tpot - m)
         fl = self._inflight[t.pod]
         del fl.tickets[request_id]
         fl.requests -= 1
@@ -374,6 +388,9 @@ class PodView:
 
     def total_in_flight(self) -> int:
         return len(self._tickets)
+
+
+_TPOT_ALPHA = 0.05  # EWMA step of the measured TPOT per pod (~20 requests)
 
 
 def _clamp(x: float) -> float:

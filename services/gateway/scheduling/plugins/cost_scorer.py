@@ -34,8 +34,21 @@ from services.gateway.scheduling.plugin import RANKED_COST_MODEL, Scorer
 
 _EPS = 1e-12
 _ALPHA = 0.01  # EWMA step of the typical sizes (damageAdapt)
-_PRIOR_TPOT_S = 0.03  # typical TPOT until predictions arrive (an H100-class decode step)
+_PRIOR_TPOT_S = 0.03  # typical TPOT until one is measured (an H100-class decode step)
 _MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
+
+
+def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
+    """The least TPOT over the pods, in seconds: measured (the pod view's EWMA of finished
+    requests) where any pod has one, else predicted when the cycle has predictions."""
+    measured = [p.candidate.tpot_s for p in pods if p.candidate.tpot_s]
+    if measured:
+        return min(measured)
+    if cycle.has_predictions:
+        tpots = [p.pred_tpot_ms for p in pods if p.pred_tpot_ms is not None and p.pred_tpot_ms > 0]
+        if tpots:
+            return min(tpots) / 1000.0
+    return None
 
 
 class LatencyCostScorer(Scorer):
@@ -76,7 +89,9 @@ class LatencyCostScorer(Scorer):
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         self.typical_tokens: float | None = None  # its decode budget (max_tokens)
-        self.typical_tpot_s: float = _PRIOR_TPOT_S  # the best predicted TPOT over the pods
+        # the best TPOT over the pods: measured by the pod view from finished requests
+        # (Candidate.tpot_s), else predicted when the cycle has predictions, else the prior
+        self.typical_tpot_s: float = _PRIOR_TPOT_S
 
     def damage_weight(self) -> float:
         """The weight of each protected decode's delay: damageWeight, or with damageAdapt
@@ -94,9 +109,9 @@ class LatencyCostScorer(Scorer):
         else:
             self.typical_service_s += _ALPHA * (svc - self.typical_service_s)
             self.typical_tokens += _ALPHA * (tok - self.typical_tokens)
-        tpots = [p.pred_tpot_ms for p in pods if p.pred_tpot_ms is not None and p.pred_tpot_ms > 0]
-        if cycle.has_predictions and tpots:
-            self.typical_tpot_s += _ALPHA * (min(tpots) / 1000.0 - self.typical_tpot_s)
+        best = _best_tpot_s(cycle, pods)
+        if best is not None:
+            self.typical_tpot_s += _ALPHA * (best - self.typical_tpot_s)
 
     def reads_predictions(self, request: SchedulingRequest) -> bool:
         return self.predicted
