@@ -40,14 +40,7 @@ def run_compare(
     on_done: Callable[[dict], None] | None = None,
 ) -> tuple[Saturation, list[dict]]:
     """Run every (load, policy) pair; ``base.policy`` and ``base.rate_scale`` are ignored."""
-    if not policies or not loads:
-        raise ValueError("need at least one policy and one load")
-    if any(not load > 0 for load in loads):
-        raise ValueError("loads must be > 0")
-    scheduling = load_config(base.profiles_path)
-    unknown = [p for p in policies if p not in scheduling.profiles]
-    if unknown:
-        raise ValueError(f"unknown policies {unknown} (profiles: {', '.join(scheduling.profiles)})")
+    scheduling = check_ladder(base, policies, loads)
     sat = saturation or saturation_for(base)
     results = []
     for load in loads:
@@ -65,7 +58,22 @@ def run_compare(
     return sat, results
 
 
-def _fmt(v: float | None, nd: int = 0, pct: bool = False) -> str:
+def check_ladder(base: LabConfig, policies: Sequence[str], loads: Sequence[float]):
+    """The scheduling config of ``base`` after checking a ladder: at least one policy and one
+    load, every load > 0, every policy a profile of that config (ValueError otherwise)."""
+    if not policies or not loads:
+        raise ValueError("need at least one policy and one load")
+    if any(not load > 0 for load in loads):
+        raise ValueError("loads must be > 0")
+    scheduling = load_config(base.profiles_path)
+    unknown = [p for p in policies if p not in scheduling.profiles]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown} (profiles: {', '.join(scheduling.profiles)})")
+    return scheduling
+
+
+def fmt_cell(v: float | None, nd: int = 0, pct: bool = False) -> str:
+    """A table cell: "–" for None, a percentage with ``pct``, else thousands-separated."""
     if v is None:
         return "–"
     if pct:
@@ -84,14 +92,14 @@ def table_markdown(results: Sequence[dict]) -> str:
     for r in results:
         p = r.get("prediction") or {}
         lines.append(
-            f"| {r['load']:g} | {r['policy']} | {_fmt(r['ttft_ms']['p50'])} "
-            f"| {_fmt(r['ttft_ms']['p90'])} | {_fmt(r['tpot_ms']['p50'], 1)} "
-            f"| {_fmt(r['tpot_ms']['p90'], 1)} | {_fmt(r['e2e_ms']['p90'])} "
-            f"| {_fmt(r['slo']['attainment'], pct=True)} | {_fmt(r['slo']['goodput_rps'], 2)} "
-            f"| {_fmt(r['throughput']['requests_per_s'], 2)} "
-            f"| {_fmt(r['prefix_cache_hit_rate'], pct=True)} "
-            f"| {_fmt(p.get('ttft_mape'), pct=True)} | {_fmt(p.get('tpot_mape'), pct=True)} "
-            f"| {_fmt(r['wall_seconds'], 1)} |"
+            f"| {r['load']:g} | {r['policy']} | {fmt_cell(r['ttft_ms']['p50'])} "
+            f"| {fmt_cell(r['ttft_ms']['p90'])} | {fmt_cell(r['tpot_ms']['p50'], 1)} "
+            f"| {fmt_cell(r['tpot_ms']['p90'], 1)} | {fmt_cell(r['e2e_ms']['p90'])} "
+            f"| {fmt_cell(r['slo']['attainment'], pct=True)} | {fmt_cell(r['slo']['goodput_rps'], 2)} "
+            f"| {fmt_cell(r['throughput']['requests_per_s'], 2)} "
+            f"| {fmt_cell(r['prefix_cache_hit_rate'], pct=True)} "
+            f"| {fmt_cell(p.get('ttft_mape'), pct=True)} | {fmt_cell(p.get('tpot_mape'), pct=True)} "
+            f"| {fmt_cell(r['wall_seconds'], 1)} |"
         )
     return "\n".join(lines) + "\n"
 

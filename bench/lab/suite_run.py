@@ -27,13 +27,13 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from bench.lab.characterise import characterise
+from bench.lab.compare import check_ladder
 from bench.lab.config import LabConfig
 from bench.lab.report import summarize
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import estimate_saturation
 from bench.lab.suite import suite
 from bench.lab.workloads import TraceSlice, WorkloadSpec
-from services.gateway.scheduling.config import load_config
 from services.simulator.engine import Engine
 from services.simulator.profiles import Profile
 from shared.tokenizer import synth_tokens
@@ -248,14 +248,7 @@ def run_suite(
 ) -> tuple[list[Workload], list[dict]]:
     """Prepare every workload of suite ``name`` and run the ladder; returns the workloads and
     every run's report (ordered by workload, load, policy, headers)."""
-    if not policies or not loads:
-        raise ValueError("need at least one policy and one load")
-    if any(not load > 0 for load in loads):
-        raise ValueError("loads must be > 0")
-    scheduling = load_config(base.profiles_path)
-    unknown = [p for p in policies if p not in scheduling.profiles]
-    if unknown:
-        raise ValueError(f"unknown policies {unknown} (profiles: {', '.join(scheduling.profiles)})")
+    check_ladder(base, policies, loads)
     if slo not in SLO_MODES:
         raise ValueError(f"slo must be one of {SLO_MODES}")
     work_dir = out_dir / "workloads"

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.lab.compare import fmt_cell
+
 LATENCY = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90")
 HIGHER_BETTER = ("attainment", "goodput")
 METRICS = LATENCY + HIGHER_BETTER + ("ttft_p99_slo",)
@@ -162,14 +164,6 @@ def summarise(results: Sequence[dict], workloads: Sequence[dict], meta: dict) ->
 
 
 # --- markdown -----------------------------------------------------------------------------
-def _f(v, nd: int = 0, pct: bool = False) -> str:
-    if v is None:
-        return "–"
-    if pct:
-        return f"{100 * v:.1f}%"
-    return f"{v:,.{nd}f}"
-
-
 def workloads_markdown(workloads: Sequence[dict]) -> str:
     lines = [
         "| workload | split | family | requests | prompt mean / p90 / max | output mean / p90 "
@@ -183,8 +177,8 @@ def workloads_markdown(workloads: Sequence[dict]) -> str:
         lines.append(
             f"| {w['name']} | {w['split']} | {w['family']} | {c['requests']:,} "
             f"| {p['mean']:,.0f} / {p['p90']:,.0f} / {p['max']:,} | {o['mean']:,.0f} / "
-            f"{o['p90']:,.0f} | {rep} | {_f(c['rate_rps'], 2)} | {_f(c['arrival_cv'], 2)} "
-            f"| {_f(s['cluster_rps'], 2)} | {slo['ttft_ms']:g} / {slo['tpot_ms']:g} |"
+            f"{o['p90']:,.0f} | {rep} | {fmt_cell(c['rate_rps'], 2)} | {fmt_cell(c['arrival_cv'], 2)} "
+            f"| {fmt_cell(s['cluster_rps'], 2)} | {slo['ttft_ms']:g} / {slo['tpot_ms']:g} |"
         )
     lines += ["", "Parameters:", ""]
     for w in workloads:
@@ -207,10 +201,10 @@ def cells_markdown(cs: Sequence[dict]) -> str:
             if c["workload"] != w:
                 continue
             lines.append(
-                f"| {c['load']:g} | {c['policy']} | {_f(c['ttft_p50'])} | {_f(c['ttft_p90'])} "
-                f"| {_f(c['ttft_p99'])} | {_f(c['tpot_p90'], 1)} | {_f(c['e2e_p90'])} "
-                f"| {_f(c['attainment'], pct=True)} | {_f(c['goodput'], 2)} "
-                f"| {_f(c['ttft_p99_slo'])} |"
+                f"| {c['load']:g} | {c['policy']} | {fmt_cell(c['ttft_p50'])} | {fmt_cell(c['ttft_p90'])} "
+                f"| {fmt_cell(c['ttft_p99'])} | {fmt_cell(c['tpot_p90'], 1)} | {fmt_cell(c['e2e_p90'])} "
+                f"| {fmt_cell(c['attainment'], pct=True)} | {fmt_cell(c['goodput'], 2)} "
+                f"| {fmt_cell(c['ttft_p99_slo'])} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -250,8 +244,8 @@ def done_markdown(dm: dict | None) -> str:
     for f in dm["failures"]:
         pts = f.get("points")
         lines.append(
-            f"| {f['workload']} | {f['load']:g} | {f['check']} | {_f(f['value'], 1)} "
-            f"| {_f(f['best'], 1)} | {f['vs']} | {_f(f['ratio'], 2)} "
+            f"| {f['workload']} | {f['load']:g} | {f['check']} | {fmt_cell(f['value'], 1)} "
+            f"| {fmt_cell(f['best'], 1)} | {f['vs']} | {fmt_cell(f['ratio'], 2)} "
             f"| {'–' if pts is None else f'{pts:+.1f}'} |"
         )
     return "\n".join(lines) + "\n"
@@ -284,9 +278,9 @@ def versus_markdown(cs: Sequence[dict], policy: str = "headroom",
         t, tg = me.get("ttft_p90"), gie.get("ttft_p90")
         a, ag = me.get("attainment"), gie.get("attainment")
         lines.append(
-            f"| {w} | {load:g} | {_f(t)} | {vs('ttft_p90')} | {vs('tpot_p90')} "
+            f"| {w} | {load:g} | {fmt_cell(t)} | {vs('ttft_p90')} | {vs('tpot_p90')} "
             f"| {vs('e2e_p90')} | {'–' if t is None or not tg else f'{t / tg:.2f}'} "
-            f"| {_f(a, pct=True)} | {'–' if a is None or ag is None else f'{100 * (a - ag):+.1f} pts'} |"
+            f"| {fmt_cell(a, pct=True)} | {'–' if a is None or ag is None else f'{100 * (a - ag):+.1f} pts'} |"
         )
     return "\n".join(lines) + "\n"
 
