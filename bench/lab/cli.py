@@ -250,6 +250,10 @@ def run(argv: list[str]) -> int:
         return run_compare_cli(argv[1:])
     if argv and argv[0] == "workloads":
         return run_workloads_cli(argv[1:])
+    if argv and argv[0] == "summary":
+        from bench.lab.suite_run import run_summary_cli
+
+        return run_summary_cli(argv[1:])
     if argv and argv[0] == "plot-timeline":
         from bench.lab.timeline import run_plot_cli
 

@@ -34,6 +34,7 @@ from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import estimate_saturation
 from bench.lab.suite import suite
 from bench.lab.workloads import TraceSlice, WorkloadSpec
+from bench.traces import BLOCK_TOKENS
 from services.simulator.engine import Engine
 from services.simulator.profiles import Profile
 from shared.tokenizer import synth_tokens
@@ -69,6 +70,31 @@ def idle_latency_ms(profile: Profile, prompt_tokens: int, output_tokens: int = 6
     return first * 1000.0, (now - first) * 1000.0 / max(1, output_tokens - 1)
 
 
+def ttft_floor_ms(requests: Sequence, profile: Profile) -> dict[str, float]:
+    """TTFT percentiles (ms: p50, p90, p99) no router can beat on these requests: each
+    request alone on an idle pod whose prefix cache holds every block an earlier request of
+    the workload brought (its prompt's leading block ids seen before are cached, 512 tokens
+    each; a trace without block ids has no cache hits). The idle TTFT is the engine's, read
+    on a log grid of prompt lengths and interpolated."""
+    import numpy as np
+
+    seen: set[int] = set()
+    uncached = []
+    for r in requests:
+        cached = 0
+        for h in r.hash_ids:
+            if h not in seen:
+                break
+            cached += 1
+        seen.update(r.hash_ids)
+        uncached.append(max(1, r.input_tokens - BLOCK_TOKENS * cached))
+    hi = max(uncached)
+    grid = sorted({int(x) for x in np.geomspace(1, max(2, hi), 48)} | {hi})
+    ttft = [idle_latency_ms(profile, n, 2)[0] for n in grid]
+    q = np.percentile(np.interp(uncached, grid, ttft), [50, 90, 99])
+    return {k: round(float(v), 1) for k, v in zip(("p50", "p90", "p99"), q, strict=True)}
+
+
 def _round_up(x: float, step: float) -> float:
     return float(math.ceil(x / step) * step)
 
@@ -99,6 +125,7 @@ class Workload:
     characterisation: dict | None = None
     saturation: dict | None = None
     slo: dict | None = None
+    floor: dict | None = None  # ttft_floor_ms: TTFT percentiles no router can beat
 
     def config(self, base: LabConfig) -> LabConfig:
         return replace(base, trace=self.trace, offset=self.offset, limit=self.limit,
@@ -121,14 +148,23 @@ def materialise(split: str, entry, work_dir: Path) -> Workload:
 
 
 def prepare(workload: Workload, base: LabConfig) -> Workload:
-    """Characterisation, saturation estimate and SLOs of one workload."""
+    """Characterisation, saturation estimate, SLOs and TTFT floor of one workload."""
     cfg = workload.config(replace(base, rate_scale=1.0))
     trace = load_lab_trace(cfg)
     c = characterise(trace.requests)
     profile = cfg.engine_profile()
     sat = estimate_saturation(trace.requests, profile, cfg.pods, seed=cfg.seed)
     return replace(workload, characterisation=c, saturation=sat.to_dict(),
-                   slo=slo_rule(c, profile))  # fmt: skip
+                   slo=slo_rule(c, profile), floor=ttft_floor_ms(trace.requests, profile))  # fmt: skip
+
+
+def with_floor(workload: Workload, base: LabConfig) -> Workload:
+    """``workload`` with its TTFT floor (computed when a run prepared before it had none)."""
+    if workload.floor is not None:
+        return workload
+    cfg = workload.config(replace(base, rate_scale=1.0))
+    floor = ttft_floor_ms(load_lab_trace(cfg).requests, cfg.engine_profile())
+    return replace(workload, floor=floor)
 
 
 @dataclass(frozen=True)
@@ -283,7 +319,8 @@ def write_suite_outputs(
             "commit": commit_id or commit()}  # fmt: skip
     ws = [
         {"name": w.name, "split": w.split, "family": w.family, "spec": w.spec,
-         "characterisation": w.characterisation, "saturation": w.saturation, "slo": w.slo}
+         "characterisation": w.characterisation, "saturation": w.saturation, "slo": w.slo,
+         "floor": w.floor}
         for w in workloads
     ]  # fmt: skip
     s = summarise(results, ws, meta)
@@ -293,3 +330,63 @@ def write_suite_outputs(
     paths[1].write_text(json.dumps(s, indent=1) + "\n")
     paths[2].write_text(summary_markdown(s))
     return paths + plot(s, out_dir)
+
+
+def resummarise(out_dir: Path, name: str | None = None) -> list[Path]:
+    """Re-write the summary of a suite directory from what its runs left: ``results.json``
+    (a finished suite) or else ``results.partial.jsonl`` (one cut short), and the prepared
+    workloads of ``workloads.partial.jsonl``; TTFT floors the preparation did not compute
+    are computed here. ``name``: the suite's name for the title (default: summary.json's,
+    else the directory's name)."""
+    import json
+
+    results_path = out_dir / "results.json"
+    if results_path.is_file():
+        results = json.loads(results_path.read_text())
+    else:
+        partial = out_dir / "results.partial.jsonl"
+        if not partial.is_file():
+            raise FileNotFoundError(f"{out_dir}: neither results.json nor results.partial.jsonl")
+        results = [json.loads(line) for line in partial.read_text().splitlines() if line]
+    if not results:
+        raise ValueError(f"{out_dir}: no finished runs")
+    wpath = out_dir / "workloads.partial.jsonl"
+    if not wpath.is_file():
+        raise FileNotFoundError(f"{wpath}: the prepared workloads are missing")
+    ran = {r["workload"] for r in results}
+    rows = [json.loads(line) for line in wpath.read_text().splitlines() if line]
+    first = results[0]
+    base = LabConfig(trace="-", pods=first["pods"], profile=first["profile"],
+                     vllm_args=first.get("vllm_args"), seed=first["seed"],
+                     streaming=first["streaming"])  # fmt: skip
+    workloads = [with_floor(Workload(**w), base) for w in rows if w["name"] in ran]
+    order = {w.name: i for i, w in enumerate(workloads)}
+    results = sorted(results, key=lambda r: order.get(r["workload"], len(order)))
+    old = out_dir / "summary.json"
+    meta = json.loads(old.read_text()) if old.is_file() else {}
+    loads = meta.get("loads") or sorted({r["load"] for r in results})
+    slo = meta.get("slo") or "both"
+    return write_suite_outputs(name or meta.get("suite") or out_dir.name, base, loads, slo,
+                               workloads, results, out_dir, meta.get("commit"))  # fmt: skip
+
+
+def run_summary_cli(argv: list[str]) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(
+        prog="headroom lab summary",
+        description="Re-write a suite directory's summary.md / summary.json / plots from its "
+        "runs (results.json, or results.partial.jsonl of a suite cut short).",
+    )
+    p.add_argument("dir", help="the --out directory of `headroom lab compare --suite`")
+    p.add_argument("--suite", help="the suite's name for the title")
+    args = p.parse_args(argv)
+    try:
+        paths = resummarise(Path(args.dir), args.suite)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"headroom lab summary: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0

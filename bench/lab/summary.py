@@ -113,10 +113,28 @@ def worst_case(cs: Sequence[dict], policies: Sequence[str]) -> dict[str, dict[st
     return out
 
 
+def lead_unattainable(gie: dict, floor: dict | None) -> str | None:
+    """Why no router can pass the load >= 1.0 lead check against gie-default's cell
+    ``gie``, or None when one might: the TTFT floor of the workload (every request alone on
+    an idle pod with every earlier block cached) is above LEAD_TTFT_RATIO x gie-default's
+    TTFT p90, and gie-default's attainment leaves less than LEAD_ATTAINMENT to gain."""
+    t_gie, a_gie = gie.get("ttft_p90"), gie.get("attainment")
+    if floor is None or floor.get("p90") is None or t_gie is None or a_gie is None:
+        return None
+    if floor["p90"] <= LEAD_TTFT_RATIO * t_gie or a_gie + LEAD_ATTAINMENT <= 1.0:
+        return None
+    return (f"no router can: TTFT floor p90 {floor['p90']:,.1f} ms > {LEAD_TTFT_RATIO:g}x "
+            f"gie-default's {t_gie:,.1f} ms, gie-default attainment {100 * a_gie:.1f}%")  # fmt: skip
+
+
 def done_means_1(
-    cs: Sequence[dict], policy: str = "headroom", baselines: Sequence[str] = BASELINES
-) -> dict:
-    """Issue 18's done-means 1 for ``policy``: every failing cell, with the numbers."""
+    cs: Sequence[dict], policy: str = "headroom", baselines: Sequence[str] = BASELINES,
+    floors: dict[str, dict] | None = None,
+) -> dict:  # fmt: skip
+    """Issue 18's done-means 1 for ``policy``: every failing cell, with the numbers; with
+    ``floors`` (workload -> its TTFT floor) a failing lead check no router could pass says
+    why (``unattainable``)."""
+    floors = floors or {}
     by = _index(cs)
     failures: list[dict] = []
     checked = 0
@@ -150,15 +168,18 @@ def done_means_1(
                     "ratio": round(t_me / t_gie, 3) if t_me is not None and t_gie else None,
                     "points": None if a_me is None or a_gie is None
                     else round(100 * (a_me - a_gie), 2),
+                    "unattainable": lead_unattainable(gie, floors.get(w)),
                 })  # fmt: skip
     return {"policy": policy, "baselines": [b for b in baselines], "cells_checked": checked,
-            "pass": checked > 0 and not failures, "failures": failures}  # fmt: skip
+            "pass": checked > 0 and not failures, "failures": failures,
+            "unattainable": sum(1 for f in failures if f.get("unattainable"))}  # fmt: skip
 
 
 def summarise(results: Sequence[dict], workloads: Sequence[dict], meta: dict) -> dict:
     policies = list(dict.fromkeys(r["policy"] for r in results))
     cs = cells(results)
-    dm = done_means_1(cs) if "headroom" in policies else None
+    floors = {w["name"]: w["floor"] for w in workloads if w.get("floor")}
+    dm = done_means_1(cs, floors=floors) if "headroom" in policies else None
     return {**meta, "policies": policies, "workloads": list(workloads), "cells": cs,
             "worst_case": worst_case(cs, policies), "done_means_1": dm}  # fmt: skip
 
@@ -167,8 +188,9 @@ def summarise(results: Sequence[dict], workloads: Sequence[dict], meta: dict) ->
 def workloads_markdown(workloads: Sequence[dict]) -> str:
     lines = [
         "| workload | split | family | requests | prompt mean / p90 / max | output mean / p90 "
-        "| block repeats | rate req/s | arrival CV | saturation req/s | SLO TTFT / TPOT ms |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| block repeats | rate req/s | arrival CV | saturation req/s | SLO TTFT / TPOT ms "
+        "| TTFT floor p50 / p90 ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for w in workloads:
         c, s, slo = w["characterisation"], w["saturation"], w["slo"]
@@ -178,14 +200,26 @@ def workloads_markdown(workloads: Sequence[dict]) -> str:
             f"| {w['name']} | {w['split']} | {w['family']} | {c['requests']:,} "
             f"| {p['mean']:,.0f} / {p['p90']:,.0f} / {p['max']:,} | {o['mean']:,.0f} / "
             f"{o['p90']:,.0f} | {rep} | {fmt_cell(c['rate_rps'], 2)} | {fmt_cell(c['arrival_cv'], 2)} "
-            f"| {fmt_cell(s['cluster_rps'], 2)} | {slo['ttft_ms']:g} / {slo['tpot_ms']:g} |"
+            f"| {fmt_cell(s['cluster_rps'], 2)} | {slo['ttft_ms']:g} / {slo['tpot_ms']:g} "
+            f"| {_floor(w.get('floor'))} |"
         )
-    lines += ["", "Parameters:", ""]
+    lines += [
+        "",
+        "TTFT floor: each request alone on an idle pod whose prefix cache holds every "
+        "block an earlier request brought (no router can beat it).",
+        "",
+        "Parameters:",
+        "",
+    ]
     for w in workloads:
         spec = w["spec"]
         seed = f" (seed {spec['seed']})" if "seed" in spec else ""
         lines.append(f"- `{w['name']}`{seed}: {spec['description']}")
     return "\n".join(lines) + "\n"
+
+
+def _floor(f: dict | None) -> str:
+    return "–" if not f else f"{fmt_cell(f['p50'], 1)} / {fmt_cell(f['p90'], 1)}"
 
 
 def cells_markdown(cs: Sequence[dict]) -> str:
@@ -235,18 +269,21 @@ def done_markdown(dm: dict | None) -> str:
     head = (
         f"Done-means 1 for `{dm['policy']}` vs the best of {', '.join(dm['baselines'])}: "
         f"{dm['cells_checked']} (workload, load) cells, **{'pass' if dm['pass'] else 'FAIL'}**"
-        f" ({len(dm['failures'])} failing checks).\n"
-    )
+        f" ({len(dm['failures'])} failing checks"
+        + (f", {dm['unattainable']} of them no router could pass" if dm.get("unattainable")
+           else "")
+        + ").\n"
+    )  # fmt: skip
     if not dm["failures"]:
         return head
-    lines = [head, "| workload | load | check | headroom | best | vs | ratio | attainment pts |",
-             "|---|---:|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    lines = [head, "| workload | load | check | headroom | best | vs | ratio | attainment pts "
+             "| why |", "|---|---:|---|---:|---:|---|---:|---:|---|"]  # fmt: skip
     for f in dm["failures"]:
         pts = f.get("points")
         lines.append(
             f"| {f['workload']} | {f['load']:g} | {f['check']} | {fmt_cell(f['value'], 1)} "
             f"| {fmt_cell(f['best'], 1)} | {f['vs']} | {fmt_cell(f['ratio'], 2)} "
-            f"| {'–' if pts is None else f'{pts:+.1f}'} |"
+            f"| {'–' if pts is None else f'{pts:+.1f}'} | {f.get('unattainable') or ''} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -13,8 +13,22 @@ import pytest
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
 from bench.lab.suite import SMOKE, TRAIN, VALIDATION, suite
-from bench.lab.suite_run import SLO_BLIND, materialise, slo_rule, tasks_for
-from bench.lab.summary import cells, done_means_1, summarise, summary_markdown, worst_case
+from bench.lab.suite_run import (
+    SLO_BLIND,
+    idle_latency_ms,
+    materialise,
+    slo_rule,
+    tasks_for,
+    ttft_floor_ms,
+)
+from bench.lab.summary import (
+    cells,
+    done_means_1,
+    lead_unattainable,
+    summarise,
+    summary_markdown,
+    worst_case,
+)
 from bench.lab.workloads import Arrival, Chat, TraceSlice, WorkloadSpec, params_dict
 from services.cli import main
 
@@ -198,6 +212,42 @@ def test_done_means_1_lists_every_failing_cell():
     assert done_means_1(cells(ok))["pass"] is True
 
 
+def test_ttft_floor_is_the_idle_pod_ttft_with_every_earlier_block_cached():
+    from types import SimpleNamespace as R
+
+    from services.simulator.profiles import get_profile
+
+    prof = get_profile("h100-llama3-8b")
+    cold = [R(input_tokens=4096, hash_ids=tuple(range(i * 8, i * 8 + 8))) for i in range(10)]
+    warm = [R(input_tokens=4096, hash_ids=tuple(range(8))) for _ in range(10)]
+    f_cold, f_warm = ttft_floor_ms(cold, prof), ttft_floor_ms(warm, prof)
+    idle = idle_latency_ms(prof, 4096, 2)[0]
+    assert f_cold["p50"] == pytest.approx(idle, rel=0.03)  # interpolated on the grid
+    # the repeats find all 8 blocks cached: 1 token left to prefill; the first is cold
+    assert f_warm["p50"] == pytest.approx(idle_latency_ms(prof, 1, 2)[0], rel=0.03)
+    assert f_warm["p99"] > 0.8 * idle and f_warm["p50"] < 0.5 * f_cold["p50"]
+    # no block ids (Azure): no cache hits
+    azure = [R(input_tokens=4096, hash_ids=()) for _ in range(10)]
+    assert ttft_floor_ms(azure, prof)["p90"] == pytest.approx(f_cold["p90"], rel=1e-6)
+
+
+def test_a_lead_no_router_could_reach_says_why():
+    gie = {"ttft_p90": 100.0, "attainment": 0.995}
+    why = lead_unattainable(gie, {"p50": 50.0, "p90": 75.0, "p99": 90.0})
+    assert why is not None and "75.0 ms > 0.7x" in why and "99.5%" in why
+    assert lead_unattainable(gie, {"p90": 65.0}) is None  # 0.7 x 100 is above the floor
+    assert lead_unattainable({"ttft_p90": 100.0, "attainment": 0.85}, {"p90": 75.0}) is None
+    assert lead_unattainable(gie, None) is None
+    # in done-means 1: still a failure (the check is not waived), with the reason
+    rs = [report("c", 1.0, "gie-default", 100.0), report("c", 1.0, "headroom", 95.0),
+          report("c", 1.0, "gie-default", 100.0, att=1.0, headers=True),
+          report("c", 1.0, "headroom", 95.0, att=1.0, headers=True)]  # fmt: skip
+    dm = done_means_1(cells(rs), floors={"c": {"p90": 80.0}})
+    assert dm["pass"] is False and dm["unattainable"] == 1
+    assert dm["failures"][0]["unattainable"].startswith("no router can")
+    assert done_means_1(cells(rs))["failures"][0]["unattainable"] is None
+
+
 def test_summary_markdown_names_the_failures():
     ws = [{"name": "w", "split": "train", "family": "chat",
            "spec": {"seed": 1, "description": "prompt 800/2000"},
@@ -248,6 +298,29 @@ def test_lab_compare_suite_end_to_end_and_jobs_do_not_change_results(tmp_path, c
     assert cli(["lab", "compare", "--suite", "smoke", "--trace", "x", "--out",
                 str(tmp_path / "bad")]) == 2  # fmt: skip
     assert "picks its own traces" in capsys.readouterr().err
+    # every workload has its TTFT floor, and `lab summary` re-writes the summary of a suite
+    # cut short from its partial results (here: only the first workload's runs)
+    assert all(w["floor"]["p90"] > 0 for w in s["workloads"])
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    first = SMOKE[0].name
+    lines = [x for x in partial if json.loads(x)["workload"] == first]
+    (cut / "results.partial.jsonl").write_text("\n".join(lines) + "\n")
+    rows = [
+        json.loads(x)
+        for x in (tmp_path / "j2" / "workloads.partial.jsonl").read_text().splitlines()
+    ]
+    for w in rows:
+        w["floor"] = None  # as a suite prepared before floors existed left them
+    (cut / "workloads.partial.jsonl").write_text("".join(json.dumps(w) + "\n" for w in rows))
+    assert cli(["lab", "summary", str(cut), "--suite", "smoke"]) == 0
+    s2 = json.loads((cut / "summary.json").read_text())
+    assert [w["name"] for w in s2["workloads"]] == [first]
+    mine = next(w for w in s["workloads"] if w["name"] == first)
+    assert s2["workloads"][0]["floor"] == mine["floor"]
+    assert {c["workload"] for c in s2["cells"]} == {first}
+    assert cli(["lab", "summary", str(tmp_path / "bad")]) == 2
+    assert "neither results.json" in capsys.readouterr().err
 
 
 def test_lab_workloads_prints_the_characterisation(tmp_path, capsys):
