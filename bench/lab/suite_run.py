@@ -332,12 +332,13 @@ def write_suite_outputs(
     return paths + plot(s, out_dir)
 
 
-def resummarise(out_dir: Path, name: str | None = None) -> list[Path]:
+def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = None) -> list[Path]:
     """Re-write the summary of a suite directory from what its runs left: ``results.json``
     (a finished suite) or else ``results.partial.jsonl`` (one cut short), and the prepared
     workloads of ``workloads.partial.jsonl``; TTFT floors the preparation did not compute
     are computed here. ``name``: the suite's name for the title (default: summary.json's,
-    else the directory's name)."""
+    else the directory's name); ``commit_id``: the commit the runs ran at (default:
+    summary.json's, else unknown: a suite cut short wrote none)."""
     import json
 
     results_path = out_dir / "results.json"
@@ -367,7 +368,8 @@ def resummarise(out_dir: Path, name: str | None = None) -> list[Path]:
     loads = meta.get("loads") or sorted({r["load"] for r in results})
     slo = meta.get("slo") or "both"
     return write_suite_outputs(name or meta.get("suite") or out_dir.name, base, loads, slo,
-                               workloads, results, out_dir, meta.get("commit"))  # fmt: skip
+                               workloads, results, out_dir,
+                               commit_id or meta.get("commit") or "unknown")  # fmt: skip
 
 
 def run_summary_cli(argv: list[str]) -> int:
@@ -381,9 +383,10 @@ def run_summary_cli(argv: list[str]) -> int:
     )
     p.add_argument("dir", help="the --out directory of `headroom lab compare --suite`")
     p.add_argument("--suite", help="the suite's name for the title")
+    p.add_argument("--commit", help="the commit the runs ran at (default: summary.json's)")
     args = p.parse_args(argv)
     try:
-        paths = resummarise(Path(args.dir), args.suite)
+        paths = resummarise(Path(args.dir), args.suite, args.commit)
     except (OSError, ValueError, KeyError) as e:
         print(f"headroom lab summary: {e}", file=sys.stderr)
         return 2

@@ -50,6 +50,7 @@ def _with_slo(r: dict) -> dict:
         "goodput": r["slo"]["goodput_rps"],
         "ttft_p99_slo": r["ttft_ms"]["p99"],
         "rejected_slo": r["rejected"],
+        "sacrificed_share": r.get("sacrificed_share"),  # routed as lost causes (with SLOs)
     }
 
 
@@ -228,8 +229,8 @@ def cells_markdown(cs: Sequence[dict]) -> str:
         lines += [
             f"#### {w}", "",
             "| load | policy | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p90 | E2E p90 "
-            "| attainment | goodput rps | TTFT p99 w/ SLO |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| attainment | goodput rps | TTFT p99 w/ SLO | sacrificed |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]  # fmt: skip
         for c in cs:
             if c["workload"] != w:
@@ -238,7 +239,7 @@ def cells_markdown(cs: Sequence[dict]) -> str:
                 f"| {c['load']:g} | {c['policy']} | {fmt_cell(c['ttft_p50'])} | {fmt_cell(c['ttft_p90'])} "
                 f"| {fmt_cell(c['ttft_p99'])} | {fmt_cell(c['tpot_p90'], 1)} | {fmt_cell(c['e2e_p90'])} "
                 f"| {fmt_cell(c['attainment'], pct=True)} | {fmt_cell(c['goodput'], 2)} "
-                f"| {fmt_cell(c['ttft_p99_slo'])} |"
+                f"| {fmt_cell(c['ttft_p99_slo'])} | {fmt_cell(c.get('sacrificed_share'), pct=True)} |"
             )
         lines.append("")
     return "\n".join(lines)

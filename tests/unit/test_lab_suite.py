@@ -168,8 +168,11 @@ def small_results():
 
 
 def test_cells_take_latency_without_headers_and_attainment_with_them():
-    cs = cells(small_results())
+    rs = small_results()
+    next(r for r in rs if r["policy"] == "headroom" and r["slo_headers"])["sacrificed_share"] = 0.02
+    cs = cells(rs)
     assert len(cs) == 8
+    assert next(c for c in cs if c["policy"] == "headroom")["sacrificed_share"] == 0.02
     c = next(c for c in cs if (c["workload"], c["load"], c["policy"]) == ("w", 1.0, "headroom"))
     assert c["ttft_p90"] == 60.0 and c["ttft_p99"] == 120.0 and c["attainment"] == 0.85
     assert c["ttft_p99_slo"] == 180.0 and c["goodput"] == pytest.approx(8.5)
