@@ -25,6 +25,9 @@ per pod, real-time counters of what it has itself dispatched:
 
 The view also trains the cost model: a request dispatched to a pod with nothing to prefill
 ahead of it reports its time to first token (``on_first_token(id, now)``) as its own prefill.
+And it measures each pod's TPOT: a request that finishes with the time and its output tokens
+(``on_finish(id, now, output_tokens)``) after a timed first token teaches the pod's EWMA
+(``Candidate.tpot_s``; the latency-cost-scorer's learned damage weight reads it).
 
 A record older than ``stale_after_s`` is stale: its waiting/running numbers are replaced by
 the gateway's own counts (requests before their first token count as waiting, decoding ones
