@@ -57,11 +57,11 @@ class TrainerSettings(CommonSettings):
         description="Label transform: log fits log(1 + ms), so relative errors weigh alike at "
         "every latency (llm-d fits raw ms: none)",
     )
-    feature_set: Literal["v1", "v2"] = Field(
+    feature_set: Literal["v1", "v2", "v3"] = Field(
         "v2",
         description="Feature columns the models read: v1 = llm-d's eleven, v2 = those plus "
         "the gateway's own estimates (backlog, cost-model prefill, protected decodes, decode "
-        "batch, queue; shared/features.py)",
+        "batch, queue), v3 = v2 plus the pod's hardware class (shared/features.py)",
     )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
