@@ -107,6 +107,11 @@ class TrainerSettings(CommonSettings):
         gt=1,
         description="A shift: recent TTFT MAPE above this many times its long-run level",
     )
+    shift_statistic: Literal["mean", "median"] = Field(
+        "mean",
+        description="Level of the watched window's TTFT errors: mean, or median (a burst's "
+        "few huge errors do not move it)",
+    )
     shift_refits: int = Field(
         4,
         ge=0,
@@ -149,7 +154,7 @@ class TrainerSettings(CommonSettings):
         """The live-error shift detector these settings configure (None: no reaction)."""
         if not self.shift_react:
             return None
-        return ShiftDetector(self.shift_window, self.shift_ratio)
+        return ShiftDetector(self.shift_window, self.shift_ratio, statistic=self.shift_statistic)
 
     def limits(self) -> Limits:
         return Limits(max_latency_ms=self.max_latency_ms, max_tpot_ms=self.max_tpot_ms)
