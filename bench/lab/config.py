@@ -17,10 +17,10 @@ DEFAULT_POD_INGRESS_MS = 2.0
 DEFAULT_POD_INGRESS_US_PER_TOKEN = 1.0
 DEFAULT_PREDICT_LATENCY_MS = 2.0
 # Trainer settings a policy runs with unless --trainer-set says otherwise: llmd-predicted is
-# the faithful upstream baseline, so its learner fits raw milliseconds as llm-d's predictor
-# does (ours fits log(1 + ms) by default).
+# the faithful upstream baseline, so its learner fits raw milliseconds on llm-d's eleven
+# features (feature set v1) as llm-d's predictor does (ours fits log(1 + ms) on v2 by default).
 POLICY_TRAINER_DEFAULTS: dict[str, dict[str, object]] = {
-    "llmd-predicted": {"target_transform": "none"},
+    "llmd-predicted": {"target_transform": "none", "feature_set": "v1"},
 }
 
 

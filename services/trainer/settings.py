@@ -57,11 +57,11 @@ class TrainerSettings(CommonSettings):
         description="Label transform: log fits log(1 + ms), so relative errors weigh alike at "
         "every latency (llm-d fits raw ms: none)",
     )
-    feature_set: Literal["v1", "v2"] = Field(
+    feature_set: Literal["v1", "v2", "v3"] = Field(
         "v2",
         description="Feature columns the models read: v1 = llm-d's eleven, v2 = those plus "
         "the gateway's own estimates (backlog, cost-model prefill, protected decodes, decode "
-        "batch, queue; shared/features.py)",
+        "batch, queue), v3 = v2 plus the pod's hardware class (shared/features.py)",
     )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
@@ -107,6 +107,11 @@ class TrainerSettings(CommonSettings):
         gt=1,
         description="A shift: recent TTFT MAPE above this many times its long-run level",
     )
+    shift_statistic: Literal["mean", "median"] = Field(
+        "mean",
+        description="Level of the watched window's TTFT errors: mean, or median (a burst's "
+        "few huge errors do not move it)",
+    )
     shift_refits: int = Field(
         4,
         ge=0,
@@ -149,7 +154,7 @@ class TrainerSettings(CommonSettings):
         """The live-error shift detector these settings configure (None: no reaction)."""
         if not self.shift_react:
             return None
-        return ShiftDetector(self.shift_window, self.shift_ratio)
+        return ShiftDetector(self.shift_window, self.shift_ratio, statistic=self.shift_statistic)
 
     def limits(self) -> Limits:
         return Limits(max_latency_ms=self.max_latency_ms, max_tpot_ms=self.max_tpot_ms)

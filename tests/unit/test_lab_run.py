@@ -182,3 +182,19 @@ def test_then_trace_shifts_the_workload_and_reports_the_timeline(mooncake, azure
     )
     assert run_lab(cfg(mooncake, policy="headroom-learned"))["prediction"]["mape_timeline"][
         "shift"] is None  # fmt: skip
+
+
+def test_llmd_predicted_learns_on_llmds_own_features_in_raw_ms():
+    """The upstream baseline fits llm-d's eleven columns (v1) in raw ms unless overridden;
+    our profiles keep the trainer's defaults (v2, log)."""
+    from bench.lab.run import trainer_settings
+
+    llmd = trainer_settings(LabConfig(trace="t.jsonl", policy="llmd-predicted"))
+    assert (llmd.feature_set, llmd.target_transform) == ("v1", "none")
+    assert llmd.fit_config().features == "v1"
+    ours = trainer_settings(LabConfig(trace="t.jsonl", policy="headroom-learned"))
+    assert (ours.feature_set, ours.target_transform) == ("v2", "log")
+    override = LabConfig(
+        trace="t.jsonl", policy="llmd-predicted", trainer_overrides={"feature_set": "v2"}
+    )
+    assert trainer_settings(override).feature_set == "v2"

@@ -10,11 +10,15 @@ from shared.features import (
     FEATURE_SETS,
     FEATURES,
     FEATURES_V1,
+    FEATURES_V2,
+    SUPPORTED_MODEL_SCHEMAS,
     TPOT_COLUMNS,
     TTFT_COLUMNS,
+    V2_COLUMNS,
     PodLoad,
     RowContext,
     build_row,
+    hardware_class_code,
     prefix_bucket,
     select,
 )
@@ -26,7 +30,7 @@ def test_row_layout_follows_schema():
         1000, 0.5, PodLoad(waiting=2, running=5, kv_usage=0.3, prefill_tokens_in_flight=400,
                           decode_tokens_in_flight=64, unseen_requests=1),
         RowContext(max_tokens=128, service_s=0.25, backlog_s=1.5, protected_decodes=4,
-                   gateway_queued=7),
+                   gateway_queued=7, hardware_class="nvidia-a100-80gb"),
     )  # fmt: skip
     named = dict(zip(FEATURES, row, strict=True))
     assert named == {
@@ -48,19 +52,38 @@ def test_row_layout_follows_schema():
         "protected_decodes": 4.0,
         "decode_batch": 9.0,
         "gateway_queued": 7.0,
+        "hardware_class": hardware_class_code("nvidia-a100-80gb"),
     }
     assert select(row, TPOT_COLUMNS) == [1.0, 0.3, 1000.0, 3.0, 5.0, 400.0, 64.0, 0.0]
-    # v1 (llm-d's eleven) is the first eleven columns, unchanged; v2 reads every column
+    # v1 (llm-d's eleven) is the first eleven columns, unchanged; v2 the first eighteen,
+    # unchanged; v3 reads every column
     assert FEATURES[: len(FEATURES_V1)] == FEATURES_V1 and len(FEATURES_V1) == 11
+    assert FEATURES[: len(FEATURES_V2)] == FEATURES_V2 and len(FEATURES_V2) == 18
     assert FEATURE_SETS["v1"]["ttft"] == TTFT_COLUMNS == tuple(range(11))
-    assert FEATURE_SETS["v2"]["ttft"] == FEATURE_SETS["v2"]["tpot"] == ALL_COLUMNS
-    assert len(select(row, ALL_COLUMNS)) == len(FEATURES)
+    assert FEATURE_SETS["v2"]["ttft"] == FEATURE_SETS["v2"]["tpot"] == V2_COLUMNS
+    assert V2_COLUMNS == tuple(range(18))
+    assert FEATURE_SETS["v3"]["ttft"] == FEATURE_SETS["v3"]["tpot"] == ALL_COLUMNS
+    assert len(select(row, ALL_COLUMNS)) == len(FEATURES) == 19
+    assert SUPPORTED_MODEL_SCHEMAS == (1, 2, 3)
+
+
+def test_hardware_class_code_is_stable_distinct_and_exact_in_float32():
+    import numpy as np
+
+    a, h = hardware_class_code("nvidia-a100-80gb"), hardware_class_code("nvidia-h100-80gb")
+    # a fixed value (CRC-32, not Python's per-process salted hash): replicas agree
+    assert a == 14560771.0 == hardware_class_code(" NVIDIA-A100-80GB ")
+    assert a != h and a > 0 and h > 0
+    assert hardware_class_code(None) == hardware_class_code("") == 0.0
+    for v in (a, h):
+        assert float(np.float32(v)) == v and v == int(v) and v < 2**24
 
 
 def test_row_without_context_has_zero_estimates():
     row = build_row(10, 0.0, PodLoad(waiting=1, running=2, kv_usage=0.1))
     named = dict(zip(FEATURES, row, strict=True))
     assert named["estimate_ms"] == named["backlog_ms"] == named["max_tokens"] == 0.0
+    assert named["hardware_class"] == 0.0
     assert named["decode_batch"] == 4.0
 
 

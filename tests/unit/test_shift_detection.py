@@ -98,3 +98,42 @@ def test_timeline_recovery_summary():
     # them are at 22% ((6 x 1.0 + 244 x 0.22) / 250 = 0.2387)
     assert s["recovered_after"] == 644 and s["ttft_mape_at_1000"] == pytest.approx(0.22)
     assert len(tl["points"]) == 30
+
+
+def _bursty(n: int, rng: random.Random) -> list[float]:
+    """Stationary error ~30% with a burst every 1,000 observations: 60 in a row at 400%
+    (requests queued behind the burst, their TTFT under-predicted several-fold)."""
+    return [4.0 if i % 1000 < 60 else 0.3 for i in range(n)]
+
+
+def test_a_burst_lifts_the_mean_past_the_ratio_but_not_the_median():
+    errs = _bursty(8000, random.Random(2))
+    assert _feed(ShiftDetector(short=200, ratio=1.5), errs, random.Random(3)) != []
+    median = ShiftDetector(short=200, ratio=1.5, statistic="median")
+    assert _feed(median, errs, random.Random(3)) == []
+
+
+def test_the_median_detector_still_sees_a_shift_within_a_window():
+    rng = random.Random(0)
+    d = ShiftDetector(short=200, ratio=1.5, statistic="median")
+    hits = _feed(d, [0.3] * 3000 + [0.9] * 3000, rng)
+    assert len(hits) == 1
+    seen, began = hits[0]
+    assert 3000 < seen < 3200 and 2800 <= began <= 3000
+
+
+def test_median_level_is_the_windows_median():
+    import statistics
+
+    rng = random.Random(5)
+    d = ShiftDetector(short=7, ratio=100.0, statistic="median")
+    apes = []
+    for i in range(40):
+        actual = rng.uniform(10, 100)
+        pred = actual * (1 + rng.uniform(-1, 1))
+        d.observe(pred, actual, float(i))
+        apes.append(abs(pred - actual) / actual)
+        assert d.recent == pytest.approx(statistics.median(apes[-7:]))
+    with pytest.raises(ValueError):
+        ShiftDetector(statistic="p90")
+    assert TrainerSettings(shift_statistic="median").shift_detector().statistic == "median"

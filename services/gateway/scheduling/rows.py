@@ -45,7 +45,8 @@ def build_candidate_rows(
     seconds each pod needs to prefill the prompt's part it does not have cached (its
     hardware class's cost model). The rows'
     v2 columns take the request's ``max_tokens``, the pod view's estimates per candidate
-    and ``gateway_queued`` (requests held in the gateway's flow-control queue)."""
+    and ``gateway_queued`` (requests held in the gateway's flow-control queue); the v3
+    column the candidate's hardware class."""
     cands = list(candidates)
     scores = index.scores((c.name for c in cands), hashes)
     service = None
@@ -58,7 +59,7 @@ def build_candidate_rows(
     for i, (c, s) in enumerate(zip(cands, scores, strict=True)):
         ctx = RowContext(
             max_tokens, service[i] if service else 0.0, c.backlog_s, c.protected_decodes,
-            gateway_queued,
+            gateway_queued, c.hardware_class,
         )  # fmt: skip
         rows.append(build_row(input_tokens, s, c.load, ctx))
     return CandidateRows(cands, scores, rows, [index.blocks(c.name) for c in cands], service)
