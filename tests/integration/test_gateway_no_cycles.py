@@ -42,3 +42,42 @@ async def test_requests_leave_no_cyclic_garbage_in_the_gateway(isolated):
             gc.garbage.clear()
             gc.enable()
         assert not ours, ours
+
+
+async def test_queued_requests_leave_no_cyclic_garbage_either(isolated, tmp_path):
+    """The same through the flow-control queue: requests that wait, leave for room or by
+    ``maxWaitS`` (the soak's path: 1,000 streams, most released by their wait bound)."""
+    import asyncio
+
+    from tests.integration.gateway_harness import flow_profiles
+
+    path = flow_profiles(tmp_path, maxWaitS=0.05)
+    async with gateway_stack(isolated, n_pods=1, profiles_path=path) as st:
+        await st.snapshot(loads={"pod-0": {}})
+        body = {"model": MODEL, "prompt": "hello there " * 50, "max_tokens": 4, "stream": True}
+
+        async def burst() -> None:
+            results = await asyncio.gather(*(st.stream(CMPL, body) for _ in range(8)))
+            assert [r[0] for r in results] == [200] * 8
+
+        await burst()
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(3):
+                await burst()
+            gc.collect()
+            ours = Counter(
+                f"{type(o).__module__}.{type(o).__qualname__}"
+                for o in gc.garbage
+                if type(o).__module__.startswith(("services.", "uvicorn.", "starlette."))
+            )
+            everything = Counter(type(o).__qualname__ for o in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        flow = st.gw.flows["headroom"]
+        assert flow.released["max_wait"] + flow.released["room"] >= 8  # the queue was used
+        assert not ours, (ours, everything.most_common(12))
