@@ -433,3 +433,41 @@ async def test_a_connect_the_pod_never_completes_still_times_out():
                     await client.post(url, CMPL, b"{}", {})
         finally:
             await client.close()
+
+
+async def test_closed_connections_leave_no_cyclic_garbage():
+    """A pod connection the client closes (after a reply it does not keep, a failure, a
+    client gone) is freed by reference counting: its parser holds its callbacks and its
+    transport holds it, a cycle that otherwise waits for a full collection (the soak's
+    remaining RSS growth: one such cycle per closed connection)."""
+    import gc
+
+    async def answer(reader, writer):
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    server, url = await _raw_pod(answer)
+    client = PodClient(connect_timeout_s=2.0, read_timeout_s=5.0)
+    try:
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(10):
+                resp = await client.post(url, CMPL, b"{}", {})
+                assert await resp.read(10) == b"ok"
+                resp.close()  # dropped, not pooled
+            await asyncio.sleep(0.1)  # the transports' connection_lost callbacks
+            gc.collect()
+            ours = [
+                o for o in gc.garbage if type(o).__name__ in ("_Connection", "HttpResponseParser")
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        assert client.connects == 10 and not ours, len(ours)
+    finally:
+        await client.close()
+        server.close()
