@@ -295,13 +295,18 @@ PREFIX_BLOCK_BYTES = 141  # one block of the prefix index (an OrderedDict entry 
 
 
 def _gateway_gauges(url: str) -> dict[str, float]:
-    """The prefix index's size and bound and the flow-control queue, from /metrics."""
+    """The prefix index's size and bound and the flow-control queue, from /metrics; {} when
+    the scrape fails or times out (a gateway slowed by ``--tracemalloc`` under 1,000 streams:
+    the point keeps its RSS and descriptors, the soak goes on)."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:  # URLError, TimeoutError
+        return {}
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

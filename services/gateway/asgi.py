@@ -4,6 +4,7 @@ routing table, middleware stack or response classes on the hot path)."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Mapping
 
 from starlette.types import Receive, Scope, Send
@@ -90,11 +91,16 @@ class _DisconnectHook(asyncio.Event):
     """uvicorn's cycle's ``message_event`` that also calls a callback when it is set for a
     disconnect (the cycle is ``disconnected`` by then). It starts set if the event it
     replaces was: uvicorn sets the event only to wake ``receive()``, which then reads the
-    cycle's state itself."""
+    cycle's state itself.
+
+    It holds the cycle by a weak reference: the cycle holds the hook, and a strong reference
+    back would make every request's cycle (its scope, headers, transport) garbage in a
+    reference cycle, freed only by a full collection; the soak showed such garbage piling up
+    between full collections at ~1 KB per request."""
 
     def __init__(self, cycle, callback: Callable[[], None]) -> None:
         super().__init__()
-        self._cycle = cycle
+        self._cycle = weakref.ref(cycle)
         self._callback: Callable[[], None] | None = callback
         if cycle.message_event.is_set():
             super().set()
@@ -102,7 +108,8 @@ class _DisconnectHook(asyncio.Event):
     def set(self) -> None:
         super().set()
         cb = self._callback
-        if cb is not None and self._cycle.disconnected:
+        cycle = self._cycle()
+        if cb is not None and cycle is not None and cycle.disconnected:
             self._callback = None
             cb()
 

@@ -43,6 +43,7 @@ from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.prefix_index import PrefixIndex
 from services.gateway.scheduling.scheduler import Scheduler
 from services.gateway.settings import GatewaySettings
+from services.gateway.upstream import CONNECT_BUSY
 from shared.bus import BusAuthError, connect_nats, ensure_samples_stream
 from shared.drift import DriftTracker
 from shared.schemas import PodSnapshot, SchemaError
@@ -125,7 +126,9 @@ class Gateway:
             settings.prefix_index_auto_capacity,
         )
         self.outliers = OutlierEjector(
-            settings.pod_eject_s, max(settings.pod_eject_max_s, settings.pod_eject_s)
+            settings.pod_eject_s,
+            max(settings.pod_eject_max_s, settings.pod_eject_s),
+            settings.pod_eject_max_fraction,
         )
         self.allowlist = PodAllowlist(
             parse_list(settings.pod_allow_cidrs), parse_list(settings.pod_allow_urls)
@@ -305,7 +308,12 @@ class Gateway:
 
     def pod_failed(self, pod: str, reason: str) -> None:
         """A request to ``pod`` failed (before its first byte or mid-stream): leave the pod
-        out of routing for a while (services/gateway/outliers.py)."""
+        out of routing for a while (services/gateway/outliers.py). Not for a connect that
+        timed out while the pod was sending us data (``connect_busy``): the pod is alive and
+        slow to accept under load, and leaving it out would push its load onto the others."""
+        if reason == CONNECT_BUSY:
+            self.metrics.pods_busy.inc()
+            return
         if self.outliers.enabled:
             span = self.outliers.failed(pod, self.clock())
             self.metrics.pod_ejections.labels(reason).inc()

@@ -66,11 +66,21 @@ class MemDebug:
 
     def diff(self, top: int = 30) -> dict:
         before_gc, _ = tracemalloc.get_traced_memory()
-        gc.collect()  # what a full collection frees was garbage in cycles, not a leak
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a full collection frees was garbage in cycles
+        try:
+            gc.collect()
+            garbage = Counter(
+                f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
+            ).most_common(top)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        gc.collect()
         now = tracemalloc.take_snapshot().filter_traces(_FILTERS)
         traced, peak = tracemalloc.get_traced_memory()
         out: dict = {"traced_bytes": traced, "peak_bytes": peak, "frames": self.frames,
-                     "cyclic_garbage_bytes": max(0, before_gc - traced)}  # fmt: skip
+                     "cyclic_garbage_bytes": max(0, before_gc - traced),
+                     "cyclic_garbage_types": dict(garbage)}  # fmt: skip
         types = _type_counts()
         if self._mark is None:
             stats = now.statistics("traceback")[:top]

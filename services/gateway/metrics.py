@@ -79,6 +79,12 @@ class GatewayMetrics:
             "Pods left out of routing for a while after a failed request, by failure reason",
             ["reason"], registry=r,
         )  # fmt: skip
+        self.pods_busy = Counter(
+            "headroom_gateway_pod_connects_busy",
+            "Connects to a pod that timed out while the pod was sending data on other "
+            "connections (alive, slow to accept: retried, not ejected)",
+            registry=r,
+        )
         self.pods_refused = Counter(
             "headroom_gateway_snapshot_pods_refused",
             "Pods named by a pod snapshot that the pod allowlist does not admit (the snapshot "

@@ -4,9 +4,15 @@ streams costs one request (retried on the next-ranked pod when it failed before 
 byte) instead of every request routed to it until the next scrape says something.
 
 A failure ejects the pod for ``base_s``; each further failure within its ejection or right
-after it doubles the time, up to ``max_s``; a success resets it. When every candidate of a
-request is ejected, none is (a pool is never emptied by this). Bounded: one entry per pod
-that failed, forgotten after ``max_s`` without a failure.
+after it doubles the time, up to ``max_s``; a success resets it.
+
+At most ``max_fraction`` (default half) of a request's candidates are left out at once, like
+Envoy's ``max_ejection_percent``: when more have failed, the ones with the longest ejection
+(repeat offenders), then the latest, stay out and the others are routed to again. Many pods
+failing together says more about the load or the path to them than about the pods, and
+emptying a pool down to its last pods would herd the whole load onto them. With one
+candidate, or ``max_fraction`` 0, nothing is left out (a pool is never emptied by this).
+Bounded: one entry per pod that failed, forgotten after ``max_s`` without a failure.
 """
 
 from __future__ import annotations
@@ -31,11 +37,14 @@ class _State:
 
 
 class OutlierEjector:
-    def __init__(self, base_s: float = 5.0, max_s: float = 60.0) -> None:
+    def __init__(self, base_s: float = 5.0, max_s: float = 60.0, max_fraction: float = 0.5) -> None:
         if base_s < 0 or max_s < base_s:
             raise ValueError("outliers: 0 <= base_s <= max_s")
+        if not 0.0 <= max_fraction < 1.0:
+            raise ValueError("outliers: 0 <= max_fraction < 1")
         self.base_s = base_s
         self.max_s = max_s
+        self.max_fraction = max_fraction
         self._pods: dict[str, _State] = {}
         self.ejections = 0  # total, for metrics
 
@@ -66,11 +75,21 @@ class OutlierEjector:
         return st is not None and now < st.until
 
     def filter(self, candidates: Sequence[C], now: float) -> Sequence[C]:
-        """``candidates`` without the ejected pods (all of them if every one is)."""
+        """``candidates`` without the ejected pods, at most ``max_fraction`` of them."""
         if not self._pods:
             return candidates
-        kept = [c for c in candidates if not self.ejected(c.name, now)]
-        return kept if kept else candidates
+        out = [c for c in candidates if self.ejected(c.name, now)]
+        if not out:
+            return candidates
+        cap = int(self.max_fraction * len(candidates))
+        if len(out) > cap:
+            pods = self._pods
+            out.sort(key=lambda c: (pods[c.name].span_s, pods[c.name].until), reverse=True)
+            out = out[:cap]
+        if not out:
+            return candidates
+        left_out = {c.name for c in out}
+        return [c for c in candidates if c.name not in left_out]
 
     def ejected_now(self, now: float) -> list[str]:
         return sorted(p for p, st in self._pods.items() if now < st.until)

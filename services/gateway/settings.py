@@ -100,6 +100,14 @@ class GatewaySettings(CommonSettings):
         "POD_EJECT_MAX_S; a success ends it (0: never)",
     )
     pod_eject_max_s: float = Field(60.0, ge=0, description="Longest ejection of a failing pod")
+    pod_eject_max_fraction: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="At most this fraction of a request's candidate pods is left out for "
+        "failures at once (like Envoy's max_ejection_percent); beyond it the pods with the "
+        "longest ejections stay out and the others are routed to again",
+    )
     retry_before_first_byte: bool = Field(
         True, description="Retry once on the next-ranked pod when a pod fails before any byte"
     )

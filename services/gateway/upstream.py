@@ -28,11 +28,20 @@ from typing import Any
 
 import orjson
 
-from services.gateway.pod_client import FirstByteTimeout, PodClient, PodIOError, PodResponse
+from services.gateway.pod_client import (
+    ConnectTimeout,
+    FirstByteTimeout,
+    PodClient,
+    PodIOError,
+    PodResponse,
+)
 
 _EOF = "pod closed the stream before [DONE]"
 
 _NET_ERRORS = (PodIOError, OSError, asyncio.TimeoutError, ValueError)
+# a connect that timed out while the pod was sending us data on other connections: the pod
+# is alive and slow to accept (overloaded), which is no reason to eject it
+CONNECT_BUSY = "connect_busy"
 
 # an SSE event longer than this (bytes, without its end) breaks the stream
 MAX_EVENT_BYTES = 4 * 1024 * 1024
@@ -308,6 +317,8 @@ async def fetch_reply(
     complete, so every failure is a PodFailure (retryable); 4xx is PodRejected."""
     try:
         resp = await client.post(url, path, body, headers)
+    except ConnectTimeout as e:
+        raise PodFailure(CONNECT_BUSY if e.busy else "connect", str(e)) from e
     except _NET_ERRORS as e:
         raise PodFailure("connect", f"{type(e).__name__}: {e}") from e
     if resp.status >= 500:
@@ -342,6 +353,8 @@ async def open_stream(
         resp = await client.post(url, path, body, headers)
     except FirstByteTimeout as e:
         raise PodFailure("first_byte_timeout", str(e)) from e
+    except ConnectTimeout as e:
+        raise PodFailure(CONNECT_BUSY if e.busy else "connect", str(e)) from e
     except _NET_ERRORS as e:
         raise PodFailure("connect", f"{type(e).__name__}: {e}") from e
     if resp.status >= 500:

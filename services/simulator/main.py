@@ -26,6 +26,7 @@ def _parse_args(argv: list[str] | None) -> dict[str, object]:
     ap.add_argument("--vllm-version", help="vLLM version (HEADROOM_SIM_VLLM_VERSION)")
     ap.add_argument("--model", help="served model name (HEADROOM_SIM_MODEL)")
     ap.add_argument("--seed", type=int, help="base random seed (HEADROOM_SIM_SEED)")
+    ap.add_argument("--backlog", type=int, help="listen backlog per pod (HEADROOM_SIM_BACKLOG)")
     ap.add_argument("--api-key", help="require this bearer key on /v1/* (like vLLM; "
                     "comma-separated for several; HEADROOM_SIM_API_KEY or VLLM_API_KEY)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -59,6 +60,7 @@ class SimulatorProcess:
                 seed=s.seed + i,
                 telemetry=self.tel,
                 api_keys=s.api_keys(),
+                backlog=s.backlog,
             )
             self.pods.append(pod)
             log.info("pod %s (%s) serving %s at %s", name, resolved.profile.name, s.model, pod.url)

@@ -29,7 +29,7 @@ from services.simulator.engine import Engine, StepOutcome, TokenEvent
 from services.simulator.faults import Fault, FaultState
 from services.simulator.metrics import PodMetrics
 from services.simulator.profiles import Profile, get_profile
-from services.simulator.settings import DEFAULT_MODEL
+from services.simulator.settings import DEFAULT_MODEL, LISTEN_BACKLOG
 from shared import trace_context
 from shared.openai_prompt import Prompt, prompt_tokens
 from shared.telemetry import Telemetry
@@ -73,7 +73,11 @@ class SimPod:
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, backlog: int = LISTEN_BACKLOG) -> None:
+        """Listen on ``host:port`` with a kernel accept queue of ``backlog`` connections
+        (vLLM's uvicorn: 2048; aiohttp's own default, 128, fills within one busy event-loop
+        turn when a gateway opens hundreds of connections at once, and the kernel then drops
+        SYNs: the gateway's connects time out against a live pod)."""
         middlewares = [self._count] + ([self._check_api_key] if self._key_digests else [])
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/completions", self._completions)
@@ -88,7 +92,7 @@ class SimPod:
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, backlog=backlog)
         await site.start()
         bound = self._runner.addresses[0][1]
         self.url = f"http://{host}:{bound}"
@@ -506,10 +510,11 @@ async def start_pod(
     seed: int = 0,
     telemetry: Telemetry | None = None,
     api_keys: Sequence[str] = (),
+    backlog: int = LISTEN_BACKLOG,
 ) -> SimPod:
     """Start one simulated pod listening on ``host:port`` (0 = a free port); ``pod.url``
     has the bound port. With ``api_keys``, /v1/* needs one of them as a bearer token (vLLM
     ``--api-key``). Call ``await pod.stop()`` to shut it down."""
     pod = SimPod(name, profile, model, seed, telemetry, api_keys)
-    await pod.start(host, port)
+    await pod.start(host, port, backlog)
     return pod

@@ -10,6 +10,8 @@ from services.simulator.vllm_args import DEFAULT_VLLM_VERSION, Resolved, resolve
 from shared.settings import CommonSettings
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+# vLLM's OpenAI server runs on uvicorn, whose listen backlog defaults to 2048 (aiohttp's to 128)
+LISTEN_BACKLOG = 2048
 
 
 class SimulatorSettings(CommonSettings):
@@ -35,6 +37,13 @@ class SimulatorSettings(CommonSettings):
         DEFAULT_VLLM_VERSION, description="vLLM version whose flag resolution to follow"
     )
     model: str = Field(DEFAULT_MODEL, description="Model name the pods serve")
+    backlog: int = Field(
+        LISTEN_BACKLOG,
+        ge=1,
+        description="Listen backlog of each pod's socket (kernel accept queue; capped by "
+        "net.core.somaxconn). Default 2048, uvicorn's and so vLLM's: a pod whose event loop "
+        "is busy still completes connections up to this many",
+    )
     seed: int = Field(0, description="Base random seed; pod i uses seed + i")
     api_key: SecretStr = Field(
         SecretStr(""),

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from services.gateway.pod_client import PodClient, PodIOError
+from services.gateway.pod_client import ConnectTimeout, PodClient, PodIOError
 from tests.integration.gateway_harness import MODEL, gateway_stack
 
 CMPL = "/v1/completions"
@@ -288,3 +290,184 @@ async def test_push_mode_reports_a_connection_closed_mid_body():
         await rec.ended()
         assert bytes(rec.data) == b"x"
         assert len(rec.ends) == 1 and "closed the connection" in str(rec.ends[0])
+
+
+@contextlib.asynccontextmanager
+async def _full_accept_queue() -> AsyncIterator[tuple[socket.socket, str, list]]:
+    """A real listener with backlog 1 whose accept queue the test fills (2 connections the
+    kernel completed that nobody accepts): further SYNs are dropped, as when a pod's event
+    loop is too busy to accept a flood of connections. Yields the listening socket (the test
+    accepts from it what it wants), its URL and the filler connections."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    lsock.setblocking(False)
+    url = f"http://127.0.0.1:{lsock.getsockname()[1]}"
+    fillers: list = []
+    try:
+        yield lsock, url, fillers
+    finally:
+        for wr in fillers:
+            wr.close()
+        lsock.close()
+
+
+async def _fill(url: str, fillers: list) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    for _ in range(3):  # backlog 1 holds 2; the third waits in SYN-SENT (or times out)
+        try:
+            _, wr = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.3)
+            fillers.append(wr)
+        except TimeoutError:
+            pass
+
+
+async def test_a_connect_timeout_to_a_pod_streaming_to_us_is_busy_not_dead():
+    """The pod streams a reply on one connection (data keeps coming) while its accept queue
+    is full: a new connect times out, and the error says the pod is alive (``busy``), so the
+    gateway does not eject it (services/gateway/upstream.py CONNECT_BUSY)."""
+    loop = asyncio.get_running_loop()
+    async with _full_accept_queue() as (lsock, url, fillers):
+        client = PodClient(connect_timeout_s=0.6, read_timeout_s=5.0)
+        try:
+            first = asyncio.ensure_future(client.post(url, CMPL, b"{}", {}))
+            conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
+            conn.setblocking(False)
+            await loop.sock_recv(conn, 65536)
+            await loop.sock_sendall(conn, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            resp = await asyncio.wait_for(first, 3)
+            stop = asyncio.Event()
+
+            async def trickle() -> None:  # a token every 50 ms until told to stop
+                while not stop.is_set():
+                    await loop.sock_sendall(conn, b"5\r\ndata:\r\n")
+                    await asyncio.sleep(0.05)
+
+            streaming = asyncio.ensure_future(trickle())
+            reading = asyncio.ensure_future(_drain(resp))
+            await _fill(url, fillers)
+            with pytest.raises(ConnectTimeout, match="busy") as busy:
+                await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+            assert busy.value.busy
+            # the same pod once it stopped sending: a timeout now is not "busy"
+            stop.set()
+            await streaming
+            await asyncio.sleep(0.1)
+            with pytest.raises(ConnectTimeout) as silent:
+                await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+            assert not silent.value.busy and "busy" not in str(silent.value)
+            reading.cancel()
+            resp.close()
+            conn.close()
+        finally:
+            await client.close()
+
+
+async def _drain(resp) -> None:
+    with contextlib.suppress(PodIOError):
+        while await resp.read_piece():
+            pass
+
+
+async def test_a_stream_that_ended_before_the_connect_does_not_make_the_pod_busy():
+    """Busy means data arrived while the connect waited: a pod that answered earlier (its
+    connection since closed) and now accepts nothing is not alive by that test."""
+    loop = asyncio.get_running_loop()
+    async with _full_accept_queue() as (lsock, url, fillers):
+        client = PodClient(connect_timeout_s=0.5, read_timeout_s=5.0)
+        try:
+            first = asyncio.ensure_future(client.post(url, CMPL, b"{}", {}))
+            conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
+            conn.setblocking(False)
+            await loop.sock_recv(conn, 65536)
+            await loop.sock_sendall(conn, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            resp = await asyncio.wait_for(first, 3)
+            assert await resp.read(10) == b"ok"
+            resp.close()  # closed: its last data is remembered per pod
+            conn.close()
+            await _fill(url, fillers)
+            with pytest.raises(ConnectTimeout) as e:
+                await asyncio.wait_for(client.post(url, CMPL, b"{}", {}), 3)
+            assert not e.value.busy
+        finally:
+            await client.close()
+
+
+async def test_a_stalled_event_loop_does_not_fail_a_connect_the_pod_completed():
+    """The connect timeout bounds the pod's handshake, not the gateway's own event loop: the
+    loop stalls longer than the timeout right after the connect went out (a GC pause, a
+    starved CPU), the kernel completes the handshake meanwhile, and the request goes on.
+    (With ``asyncio.timeout`` around ``create_connection`` this raised a timeout.)"""
+
+    async def answer(reader, writer):
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    server, url = await _raw_pod(answer)
+    client = PodClient(connect_timeout_s=0.3, read_timeout_s=5.0)
+    try:
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            loop.call_soon(time.sleep, 0.6)  # runs right after the connect is issued
+            async with asyncio.timeout(5):  # (in this task: wait_for would start a new one)
+                resp = await client.post(url, CMPL, b"{}", {})
+            assert resp.status == 200 and await resp.read(10) == b"ok"
+            resp.close()  # a new connection each time
+        assert client.connects == 3
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_connect_the_pod_never_completes_still_times_out():
+    """The other side of the rule above: a handshake that does not complete in time (the
+    pod's accept queue is full) is a timeout, stalled loop or not."""
+    async with _full_accept_queue() as (_, url, fillers):
+        await _fill(url, fillers)
+        client = PodClient(connect_timeout_s=0.3, read_timeout_s=5.0)
+        try:
+            asyncio.get_running_loop().call_soon(time.sleep, 0.6)
+            with pytest.raises(ConnectTimeout, match="timed out"):
+                async with asyncio.timeout(5):
+                    await client.post(url, CMPL, b"{}", {})
+        finally:
+            await client.close()
+
+
+async def test_closed_connections_leave_no_cyclic_garbage():
+    """A pod connection the client closes (after a reply it does not keep, a failure, a
+    client gone) is freed by reference counting: its parser holds its callbacks and its
+    transport holds it, a cycle that otherwise waits for a full collection (the soak's
+    remaining RSS growth: one such cycle per closed connection)."""
+    import gc
+
+    async def answer(reader, writer):
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    server, url = await _raw_pod(answer)
+    client = PodClient(connect_timeout_s=2.0, read_timeout_s=5.0)
+    try:
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(10):
+                resp = await client.post(url, CMPL, b"{}", {})
+                assert await resp.read(10) == b"ok"
+                resp.close()  # dropped, not pooled
+            await asyncio.sleep(0.1)  # the transports' connection_lost callbacks
+            gc.collect()
+            ours = [
+                o for o in gc.garbage if type(o).__name__ in ("_Connection", "HttpResponseParser")
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        assert client.connects == 10 and not ours, len(ours)
+    finally:
+        await client.close()
+        server.close()

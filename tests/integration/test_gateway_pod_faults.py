@@ -5,9 +5,13 @@ fault injection (services/simulator/faults.py) makes each failure real."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 
 from tests.integration.gateway_harness import MODEL, gateway_stack, metric, wait_for
+from tests.integration.test_gateway_pod_client import _fill, _full_accept_queue
 
 pytestmark = pytest.mark.timeout(60)
 CMPL = "/v1/completions"
@@ -82,3 +86,49 @@ async def test_a_hung_pod_costs_one_request_then_is_left_out_until_it_is_probed(
         assert st.gw.outliers.ejected("pod-0", st.gw.clock())
         assert st.gw.outliers._pods["pod-0"].span_s == 8.0
         await st.fault("pod-0", mode="off")
+
+
+async def test_a_pod_too_busy_to_accept_is_retried_elsewhere_and_not_ejected(isolated):
+    """A pod that streams to the gateway on one connection while its accept queue is full
+    (a real listener nobody accepts from): the request's connect times out, is retried on
+    the next pod, and the pod is not ejected: it is alive, only slow to accept."""
+    loop = asyncio.get_running_loop()
+    async with (
+        gateway_stack(isolated, n_pods=1, pod_connect_timeout_s=0.5, profile="gie-default",
+                      predict_timeout_ms=50) as st,
+        _full_accept_queue() as (lsock, url, fillers),
+    ):  # fmt: skip
+        busy = SimpleNamespace(name="pod-busy", url=url)
+        loads = {"pod-busy": {}, "pod-0": {"waiting": 4.0, "running": 8.0, "kv_usage": 0.6}}
+        await st.snapshot(pods=[busy, st.pod("pod-0")], loads=loads)
+        # the gateway's own pod client is being streamed to by the busy pod
+        first = asyncio.ensure_future(st.gw.pod_client.post(url, CMPL, b"{}", {}))
+        conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
+        conn.setblocking(False)
+        await loop.sock_recv(conn, 65536)
+        await loop.sock_sendall(conn, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        resp = await asyncio.wait_for(first, 3)
+        stop = asyncio.Event()
+
+        async def trickle() -> None:
+            while not stop.is_set():
+                await loop.sock_sendall(conn, b"5\r\ndata:\r\n")
+                await asyncio.sleep(0.05)
+
+        streaming = asyncio.ensure_future(trickle())
+        try:
+            await _fill(url, fillers)
+            body = {"model": MODEL, "prompt": "hello", "max_tokens": 2, "stream": True}
+            status, h, out = await st.stream(CMPL, body)
+            assert status == 200 and h["x-headroom-pod"] == "pod-0" and out[-1] == "[DONE]"
+            m = await st.metrics()
+            assert metric(m, "headroom_gateway_retries_total", reason="connect_busy") == 1
+            assert metric(m, "headroom_gateway_pod_connects_busy_total") == 1
+            assert sum(v for (n, _), v in m.items()
+                       if n == "headroom_gateway_pod_ejections_total") == 0  # fmt: skip
+            assert not st.gw.outliers.ejected("pod-busy", st.gw.clock())
+        finally:
+            stop.set()
+            await streaming
+            resp.close()
+            conn.close()

@@ -25,6 +25,14 @@ the routing lab continues the request in virtual time; both call :meth:`FlowQueu
 whenever a pod may have made room (first tokens, finished requests, new snapshots, new
 arrivals) and :meth:`FlowQueue.routed` once a released request has been dispatched (until
 then it holds a reservation, so one free slot is not handed out twice).
+
+Released and cancelled requests leave the heaps lazily (skipped when they reach the front);
+so that they cannot pile up behind a long-waiting head, a sub-queue's heaps are compacted
+(rebuilt from the entries still queued) once one holds more than ``2 x queued + 64``
+entries, and cleared when nothing is queued: each heap then holds at most ``2 x queued + 64``
+entries between takes, whatever the arrival rate. Every heap key ends with the request's
+unique sequence number, so the pop order of the queued entries is a total order that a
+rebuild cannot change (tests/unit/test_scheduling_flow.py compares release sequences).
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ ROUTE_TO = ("room", "any")
 QUEUED, RELEASED, CANCELLED = "queued", "released", "cancelled"
 # why a request left the queue
 ROOM, HOPELESS, MAX_WAIT = "room", "hopeless", "max_wait"
+# a heap holding more than COMPACT_FACTOR x queued + COMPACT_SLACK entries is rebuilt
+COMPACT_FACTOR, COMPACT_SLACK = 2, 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +118,32 @@ class _ModelQueue:
     timeouts: list[tuple] = field(default_factory=list)  # heap: (must leave at, seq, waiter)
     reserved: int = 0
     queued: int = 0
+    rebuilds: int = 0  # compactions while requests were queued (for tests)
+
+    def retained(self) -> int:
+        """Entries in the heaps (queued requests and released ones not yet skipped)."""
+        return len(self.ready) + len(self.deadlines) + len(self.timeouts)
+
+    def compact(self) -> int:
+        """Drop the entries of requests no longer queued once a heap holds too many (all of
+        them when nothing is queued); returns how many were dropped."""
+        if self.queued == 0:
+            dropped = self.retained()
+            if dropped:
+                self.ready.clear()
+                self.deadlines.clear()
+                self.timeouts.clear()
+            return dropped
+        limit = COMPACT_FACTOR * self.queued + COMPACT_SLACK
+        dropped = 0
+        for heap in (self.ready, self.deadlines, self.timeouts):
+            if len(heap) > limit:
+                kept = [e for e in heap if e[-1].state == QUEUED]
+                dropped += len(heap) - len(kept)
+                heapq.heapify(kept)
+                heap[:] = kept
+                self.rebuilds += 1
+        return dropped
 
 
 Candidates = Callable[[str], Sequence[Candidate]]  # model -> the view's candidates now
@@ -120,6 +156,7 @@ class FlowQueue:
         self._seq = itertools.count()
         self.queued = 0
         self.released: dict[str, int] = {ROOM: 0, HOPELESS: 0, MAX_WAIT: 0}
+        self.compacted = 0  # heap entries dropped by compaction (released or cancelled)
 
     # --- room ---------------------------------------------------------------------------
     def has_room(self, c: Candidate) -> bool:
@@ -172,6 +209,7 @@ class FlowQueue:
             waiter.state = CANCELLED
             q.queued -= 1
             self.queued -= 1
+            self.compacted += q.compact()
         self.routed(waiter)
 
     def routed(self, waiter: Waiter) -> None:
@@ -198,7 +236,12 @@ class FlowQueue:
                 self._release(q, w, ROOM, now)
                 out.append(w)
                 room -= 1
+            self.compacted += q.compact()
         return out
+
+    def retained(self) -> int:
+        """Heap entries over all sub-queues (bounded: see the module docstring)."""
+        return sum(q.retained() for q in self._q.values())
 
     # --- internals ----------------------------------------------------------------------
     def _hopeless_now(self, w: Waiter, cands: Sequence[Candidate], now: float) -> bool:
