@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest wait for predicted routing after the restore")  # fmt: skip
     p.add_argument("--tail-s", type=float, default=2.0, help="traffic after recovery")
     p.add_argument("--warmup-s", type=float, default=150.0, help="longest warm-up")
+    p.add_argument("--profile", default=FAULTS_PROFILE,
+                   help="the gateways' scheduling profile; one whose pods are ranked by the "
+                   f"predictions (default {FAULTS_PROFILE}): the shipped `headroom` asks the "
+                   "predictors only for sheddable SLO requests, so prediction faults would "
+                   "not show")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log", metavar="FILE", help="the stack's logs (default: OUT.log)")
     return p
@@ -136,7 +141,14 @@ def recs_now(traffic: Traffic):
     return [r for r in traffic.records if r.scenario == traffic.scenario]
 
 
-def stack_config(nats_url: str, redis_url: str, namespace: str) -> StackConfig:
+# the scenarios measure the prediction path (fallbacks, time until predicted routing is back),
+# so the gateways run a profile that asks the predictors for every request and ranks by them
+FAULTS_PROFILE = "headroom-learned"
+
+
+def stack_config(
+    nats_url: str, redis_url: str, namespace: str, profile: str = FAULTS_PROFILE
+) -> StackConfig:
     return StackConfig(
         nats_url=nats_url, redis_url=redis_url, namespace=namespace,
         gateway_port=embedded.free_port(), pods=4, predictors=2, gateways=2,
@@ -154,7 +166,8 @@ def stack_config(nats_url: str, redis_url: str, namespace: str) -> StackConfig:
             },
             "predictor": {"HEADROOM_PREDICTOR_RELOAD_INTERVAL_S": "1"},
             # a hung pod is given up on after 2 s (10 s by default)
-            "gateway": {"HEADROOM_GATEWAY_POD_FIRST_BYTE_TIMEOUT_S": "2"},
+            "gateway": {"HEADROOM_GATEWAY_POD_FIRST_BYTE_TIMEOUT_S": "2",
+                        "HEADROOM_GATEWAY_PROFILE": profile},
         },
     )  # fmt: skip
 
@@ -177,7 +190,7 @@ async def run_bench(args, log_path: Path) -> dict:
     redis = embedded.start_redis()
     names = Names(f"bf-{uuid.uuid4().hex[:8]}")
     log_file = log_path.open("w")
-    stack = Stack(stack_config(nats.url, redis.url, names.namespace),
+    stack = Stack(stack_config(nats.url, redis.url, names.namespace, args.profile),
                   log=lambda line: print(line, file=log_file, flush=True))  # fmt: skip
     ledger = SampleLedger(nats.url, names)
     load_start = os.getloadavg()

@@ -117,3 +117,18 @@ def test_a_killed_replica_excuses_only_its_broken_connections():
     ]  # fmt: skip
     s = summarize("g", recs, Timeline(1.0, 2.0), ledger, allowed_failures="in_flight_on_gateway:1")
     assert s["failed_requests"] == 3 and s["failed_excused"] == 1 and not s["passed"]
+
+
+def test_the_stack_runs_a_profile_the_predictions_rank():
+    """Prediction faults only show where the predictors are asked: the gateways run a
+    profile that reads them for a plain request (the shipped headroom does not)."""
+    from bench.bench_faults import FAULTS_PROFILE, stack_config
+    from services.gateway.scheduling.config import load_config
+    from services.gateway.scheduling.cycle import SchedulingRequest
+
+    cfg = stack_config("nats://127.0.0.1:1", "redis://127.0.0.1:1", "ns")
+    assert cfg.env["gateway"]["HEADROOM_GATEWAY_PROFILE"] == FAULTS_PROFILE
+    plain = SchedulingRequest("m", 100)
+    shipped = load_config(None)
+    assert shipped.scheduler(FAULTS_PROFILE).reads_predictions(plain)
+    assert not shipped.scheduler("headroom").reads_predictions(plain)
