@@ -322,6 +322,21 @@ async def _fill(url: str, fillers: list) -> None:
             pass
 
 
+CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def _answered(lsock: socket.socket, post, head: bytes):
+    """Start ``post`` (a PodClient.post coroutine), accept its connection on ``lsock``, read
+    the request and answer with ``head``: (the pod's end of the connection, the response)."""
+    loop = asyncio.get_running_loop()
+    first = asyncio.ensure_future(post)
+    conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
+    conn.setblocking(False)
+    await loop.sock_recv(conn, 65536)
+    await loop.sock_sendall(conn, head)
+    return conn, await asyncio.wait_for(first, 3)
+
+
 async def test_a_connect_timeout_to_a_pod_streaming_to_us_is_busy_not_dead():
     """The pod streams a reply on one connection (data keeps coming) while its accept queue
     is full: a new connect times out, and the error says the pod is alive (``busy``), so the
@@ -330,12 +345,7 @@ async def test_a_connect_timeout_to_a_pod_streaming_to_us_is_busy_not_dead():
     async with _full_accept_queue() as (lsock, url, fillers):
         client = PodClient(connect_timeout_s=0.6, read_timeout_s=5.0)
         try:
-            first = asyncio.ensure_future(client.post(url, CMPL, b"{}", {}))
-            conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
-            conn.setblocking(False)
-            await loop.sock_recv(conn, 65536)
-            await loop.sock_sendall(conn, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-            resp = await asyncio.wait_for(first, 3)
+            conn, resp = await _answered(lsock, client.post(url, CMPL, b"{}", {}), CHUNKED)
             stop = asyncio.Event()
 
             async def trickle() -> None:  # a token every 50 ms until told to stop
@@ -372,16 +382,11 @@ async def _drain(resp) -> None:
 async def test_a_stream_that_ended_before_the_connect_does_not_make_the_pod_busy():
     """Busy means data arrived while the connect waited: a pod that answered earlier (its
     connection since closed) and now accepts nothing is not alive by that test."""
-    loop = asyncio.get_running_loop()
     async with _full_accept_queue() as (lsock, url, fillers):
         client = PodClient(connect_timeout_s=0.5, read_timeout_s=5.0)
         try:
-            first = asyncio.ensure_future(client.post(url, CMPL, b"{}", {}))
-            conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
-            conn.setblocking(False)
-            await loop.sock_recv(conn, 65536)
-            await loop.sock_sendall(conn, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            resp = await asyncio.wait_for(first, 3)
+            head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+            conn, resp = await _answered(lsock, client.post(url, CMPL, b"{}", {}), head)
             assert await resp.read(10) == b"ok"
             resp.close()  # closed: its last data is remembered per pod
             conn.close()
@@ -393,18 +398,20 @@ async def test_a_stream_that_ended_before_the_connect_does_not_make_the_pod_busy
             await client.close()
 
 
+async def _answer_ok(reader, writer) -> None:
+    """A raw pod's handler: read the request, answer 200 ``ok``."""
+    await _read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    await writer.drain()
+
+
 async def test_a_stalled_event_loop_does_not_fail_a_connect_the_pod_completed():
     """The connect timeout bounds the pod's handshake, not the gateway's own event loop: the
     loop stalls longer than the timeout right after the connect went out (a GC pause, a
     starved CPU), the kernel completes the handshake meanwhile, and the request goes on.
     (With ``asyncio.timeout`` around ``create_connection`` this raised a timeout.)"""
 
-    async def answer(reader, writer):
-        await _read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
-
-    server, url = await _raw_pod(answer)
+    server, url = await _raw_pod(_answer_ok)
     client = PodClient(connect_timeout_s=0.3, read_timeout_s=5.0)
     try:
         loop = asyncio.get_running_loop()
@@ -442,12 +449,7 @@ async def test_closed_connections_leave_no_cyclic_garbage():
     remaining RSS growth: one such cycle per closed connection)."""
     import gc
 
-    async def answer(reader, writer):
-        await _read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
-
-    server, url = await _raw_pod(answer)
+    server, url = await _raw_pod(_answer_ok)
     client = PodClient(connect_timeout_s=2.0, read_timeout_s=5.0)
     try:
         gc.collect()

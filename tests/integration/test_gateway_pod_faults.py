@@ -11,7 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from tests.integration.gateway_harness import MODEL, gateway_stack, metric, wait_for
-from tests.integration.test_gateway_pod_client import _fill, _full_accept_queue
+from tests.integration.test_gateway_pod_client import (
+    CHUNKED,
+    _answered,
+    _fill,
+    _full_accept_queue,
+)
 
 pytestmark = pytest.mark.timeout(60)
 CMPL = "/v1/completions"
@@ -102,12 +107,7 @@ async def test_a_pod_too_busy_to_accept_is_retried_elsewhere_and_not_ejected(iso
         loads = {"pod-busy": {}, "pod-0": {"waiting": 4.0, "running": 8.0, "kv_usage": 0.6}}
         await st.snapshot(pods=[busy, st.pod("pod-0")], loads=loads)
         # the gateway's own pod client is being streamed to by the busy pod
-        first = asyncio.ensure_future(st.gw.pod_client.post(url, CMPL, b"{}", {}))
-        conn, _ = await asyncio.wait_for(loop.sock_accept(lsock), 3)
-        conn.setblocking(False)
-        await loop.sock_recv(conn, 65536)
-        await loop.sock_sendall(conn, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        resp = await asyncio.wait_for(first, 3)
+        conn, resp = await _answered(lsock, st.gw.pod_client.post(url, CMPL, b"{}", {}), CHUNKED)
         stop = asyncio.Event()
 
         async def trickle() -> None:
