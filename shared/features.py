@@ -32,6 +32,7 @@ also separate what the cost model does not estimate (decode speed, hence TPOT).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -101,6 +102,7 @@ class PodLoad:
 _CODE_MASK = (1 << 24) - 1  # integers below 2**24 are exact in float32 (the wire's type)
 
 
+@functools.lru_cache(maxsize=256)  # a pool has a handful of classes; one lookup per row
 def hardware_class_code(hardware_class: str | None) -> float:
     """A hardware class as a feature value: a stable code of its name (CRC-32, 24 bits, so
     float32 carries it exactly; never 0), 0 for an unknown class. Stable across processes
