@@ -17,7 +17,9 @@ Every piece is the production code, driven by a virtual clock:
   it was sent. With a predicting profile the decision comes ``predict_latency_s`` after the
   rows were built, as in the gateway, where requests arriving during the prediction call see
   the same loads;
-- trainer and predictor: :class:`bench.lab.learning.OnlineLearner`.
+- trainer and predictor: :class:`bench.lab.learning.OnlineLearner`;
+- the lab-only reference policy ``oracle-ttft`` (:mod:`bench.lab.oracle`): the cycle of its
+  base profile runs, then the greedy TTFT oracle ranks the candidates by forking them.
 
 At equal times, step ends are handled first, then scrapes, model installs and refit checks,
 then arrivals. Deterministic for a given seed.
@@ -426,7 +428,7 @@ class LabSimulation:
         ranked = self.oracle.rank(ttfts, [q.index for q in pods])
         if not ranked:  # no engine takes the prompt: it fails at the base profile's pick
             return decision
-        scores = [None if t is None else -1000.0 * t for t in ttfts]
+        scores = [None if t is None else -1000.0 * t for t in ttfts]  # minus the TTFT in ms
         return replace(decision, ranked=ranked, scores=scores, path=ORACLE_PATH,
                        notes={**decision.notes, "oracle_ttft_ms": -scores[ranked[0]]})  # fmt: skip
 
