@@ -288,7 +288,7 @@ def test_a_lead_the_greedy_oracle_does_not_reach_says_so():
     gie = {"ttft_p90": 100.0, "attainment": 0.995}
     why = lead_not_reached_by_oracle(gie, {"ttft_p90": 80.0})
     assert why is not None and why.startswith("not reached by the greedy TTFT oracle")
-    assert "0.80x gie-default's" in why and "99.5%" in why and "impossible" not in why
+    assert "0.800x gie-default's" in why and "99.5%" in why and "impossible" not in why
     assert lead_not_reached_by_oracle(gie, {"ttft_p90": 70.0}) is None  # the oracle reaches it
     low = {"ttft_p90": 100.0, "attainment": 0.85}
     assert lead_not_reached_by_oracle(low, {"ttft_p90": 80.0}) is None  # +10 pts possible
@@ -302,7 +302,11 @@ def test_a_lead_the_greedy_oracle_does_not_reach_says_so():
     assert done_means_1(cells(rs))["failures"][0]["oracle"] is None
     # the oracle reaches 0.7x: the failure stays and says nothing about the oracle
     [f] = done_means_1(cells(rs + with_oracle(65.0, workload="c")))["failures"]
-    assert f["oracle"] is None
+    assert f["oracle"] is None and f["oracle_ratio"] == 0.65
+    md = summary_markdown(summarise(rs + with_oracle(65.0, workload="c"), [], {
+        "suite": "t", "pods": 8, "profile": "p", "seed": 0, "streaming": True, "loads": [1.0],
+        "slo": "both"}))  # fmt: skip
+    assert "the greedy TTFT oracle reaches it: TTFT p90 0.650x gie-default's" in md
     s = summarise(rs + with_oracle(80.0, workload="c"), [], {
         "suite": "t", "pods": 8, "profile": "p", "seed": 0, "streaming": True, "loads": [1.0],
         "slo": "both"})  # fmt: skip
