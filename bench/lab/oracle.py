@@ -12,9 +12,12 @@ chosen pod before the first token, the real TTFT equals its fork's (tested).
 
 It reads no SLO headers and no predictions: the engines themselves, perfectly. It is greedy,
 not optimal: each decision minimises that request's TTFT and ignores what it does to the
-requests after it (the decode steps it slows down, the pod it fills for the next burst).
-Its TTFT is therefore *not* a lower bound over all routers; a target it misses is "not
-reached by the greedy TTFT oracle", not impossible.
+requests after it (the decode steps it slows down, the pod it fills for the next burst; on
+multi-turn traffic sharing a system prompt a pod with a cold prefix cache may never look
+fastest, so it is never warmed and the warm pods pile up decodes). It routes each request
+as it comes and never holds one back in the gateway. Its TTFT is therefore *not* a lower
+bound over all routers; a target it misses is "not reached by the greedy TTFT oracle", not
+impossible.
 
 Its candidates and the gateway's in-flight accounting come from the cycle of the shipped
 profile :data:`REFERENCE_POLICIES` names (least-request), whose ranking the oracle replaces
