@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.lab.config import LabConfig
+from bench.lab.oracle import known_policies, unknown_policies
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import Saturation, estimate_saturation
 from services.gateway.scheduling.config import load_config
@@ -60,15 +61,17 @@ def run_compare(
 
 def check_ladder(base: LabConfig, policies: Sequence[str], loads: Sequence[float]):
     """The scheduling config of ``base`` after checking a ladder: at least one policy and one
-    load, every load > 0, every policy a profile of that config (ValueError otherwise)."""
+    load, every load > 0, every policy a profile of that config or a lab-only reference
+    policy (bench/lab/oracle.py; ValueError otherwise)."""
     if not policies or not loads:
         raise ValueError("need at least one policy and one load")
     if any(not load > 0 for load in loads):
         raise ValueError("loads must be > 0")
     scheduling = load_config(base.profiles_path)
-    unknown = [p for p in policies if p not in scheduling.profiles]
+    unknown = unknown_policies(scheduling.profiles, policies)
     if unknown:
-        raise ValueError(f"unknown policies {unknown} (profiles: {', '.join(scheduling.profiles)})")
+        known = ", ".join(known_policies(scheduling.profiles))
+        raise ValueError(f"unknown policies {unknown} (profiles: {known})")
     return scheduling
 
 

@@ -1,14 +1,14 @@
 """Decision quality in the lab: the regret of a routing decision, by replaying it on every pod.
 
 For a sample of requests, at the moment a request reaches its pod's engine, every candidate
-pod is forked (:meth:`services.simulator.virtual_pod.VirtualPod.fork`: engine state, KV
-blocks, prefix cache, the step in progress and the noise generator's state) and the request
-is submitted to each fork instead. Each fork then plays forward on the *same future
-arrivals*: every request the run goes on to send to that pod is also submitted to its forks,
-at the same virtual time, until the sampled request has its first token there. The fork of
-the chosen pod therefore reproduces what happened exactly (tested); the others show what
-would have happened on the same pod had this one request gone there instead, the rest of
-the routing unchanged. The regret of the decision is
+pod is forked (:class:`bench.lab.fork.Fork`: engine state, KV blocks, prefix cache, the step
+in progress and the noise generator's state) and the request is submitted to each fork
+instead. Each fork then plays forward on the *same future arrivals*: every request the run
+goes on to send to that pod is also submitted to its forks, at the same virtual time, until
+the sampled request has its first token there. The fork of the chosen pod therefore
+reproduces what happened exactly (tested); the others show what would have happened on the
+same pod had this one request gone there instead, the rest of the routing unchanged. The
+regret of the decision is
 
     regret = TTFT on the chosen pod - min over candidates of TTFT on that pod
 
@@ -32,9 +32,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bench.lab.fork import Fork, PromptHashes
 from bench.lab.report import latency_stats
 from services.simulator.virtual_pod import VirtualPod
-from shared.tokenizer import block_hashes
 
 INF = float("inf")
 # Each sample forks every candidate and replays until the request's first token there:
@@ -46,9 +46,6 @@ REQUESTS_PER_SAMPLE = 25
 
 def default_regret_samples(n_requests: int) -> int:
     return min(DEFAULT_REGRET_SAMPLES, max(1, n_requests // REQUESTS_PER_SAMPLE))
-
-
-_MAX_STEPS = 1_000_000
 
 
 @dataclass(slots=True, eq=False)
@@ -70,30 +67,22 @@ class _Case:
 
 @dataclass(slots=True, eq=False)
 class _Shadow:
+    """A candidate's fork of one sampled decision (:class:`bench.lab.fork.Fork`)."""
+
     case: _Case
     pod: int
-    vpod: VirtualPod
-    done: bool = False
+    fork: Fork
+
+    @property
+    def done(self) -> bool:
+        return self.fork.done
 
     def advance(self, t: float) -> None:
-        """Handle this fork's step ends at or before ``t`` (stop at the target's first
-        token)."""
-        vpod, rid = self.vpod, self.case.rid
-        for _ in range(_MAX_STEPS):
-            if self.done or not vpod.busy or vpod.step_end > t:
-                return
-            end, out = vpod.finish()
-            for ev in out.events:
-                if ev.index == 0 and ev.req_id == rid:
-                    self._finish(end)
-                    return
-        raise RuntimeError("regret replay did not reach the sampled request's first token")
-
-    def _finish(self, end: float) -> None:
-        self.done = True
-        self.case.ttft_s[self.pod] = end - self.case.submitted_at
-        self.case.pending -= 1
-        self.vpod = None  # type: ignore[assignment]  # free the forked engine
+        was = self.fork.done
+        self.fork.advance(t)
+        if self.fork.done and not was:
+            self.case.ttft_s[self.pod] = self.fork.ttft_s  # type: ignore[assignment]
+            self.case.pending -= 1
 
 
 class RegretProbe:
@@ -106,14 +95,7 @@ class RegretProbe:
         self.sample = frozenset(rng.sample(range(n_requests), min(samples, n_requests)))
         self.cases: list[_Case] = []
         self._shadows: dict[int, list[_Shadow]] = {}
-        self._hashes: dict[tuple[str, int], list[int]] = {}  # (rid, block size) -> hashes
-
-    def _prompt_hashes(self, rid: str, tokens: Sequence[int], block_size: int) -> list[int]:
-        key = (rid, block_size)
-        h = self._hashes.get(key)
-        if h is None:
-            h = self._hashes[key] = block_hashes(tokens, block_size)
-        return h
+        self._hashes = PromptHashes()
 
     def wants(self, index: int) -> bool:
         return index in self.sample
@@ -132,16 +114,13 @@ class RegretProbe:
         (pod index, pod driver) of every pod the router could have picked."""
         self.advance_all(now)
         case = _Case(index, rid, chosen, now)
+        self._hashes.clear()
         for pi, driver in candidates:
-            vpod = driver.fork()
-            hashes = self._prompt_hashes(rid, tokens, vpod.engine.profile.block_size)
-            try:
-                vpod.engine.submit(rid, tokens, max_tokens, now, prompt_hashes=hashes)
-            except ValueError:
+            fork = Fork(driver, rid)
+            if not fork.submit(rid, tokens, max_tokens, now, self._hashes):
                 continue  # this pod cannot take the request: not a real alternative
-            vpod.kick(now)
             case.pending += 1
-            self._shadows.setdefault(pi, []).append(_Shadow(case, pi, vpod))
+            self._shadows.setdefault(pi, []).append(_Shadow(case, pi, fork))
         self.cases.append(case)
 
     def on_submit(
@@ -158,15 +137,8 @@ class RegretProbe:
             if s.done:
                 continue
             live.append(s)
-            if s.case.rid == rid:
-                continue  # the sampled request itself: already in its forks
-            engine = s.vpod.engine
-            hashes = self._prompt_hashes(rid, tokens, engine.profile.block_size)
-            try:
-                engine.submit(rid, tokens, max_tokens, now, prompt_hashes=hashes)
-            except ValueError:
-                continue  # the real pod refused it too
-            s.vpod.kick(now)
+            if s.case.rid != rid:  # the sampled request itself is already in its forks
+                s.fork.submit(rid, tokens, max_tokens, now, self._hashes)  # refused: so was it
         self._shadows[pod] = live
 
     def advance_all(self, now: float) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
+from bench.lab.oracle import known_policies, routing_profile, unknown_policies
 from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
@@ -111,14 +112,13 @@ def run_lab(
     if trace is None:
         trace, shift_index = load_lab_traces(config)
     scheduling = scheduling or load_config(config.profiles_path)
-    if config.policy not in scheduling.profiles:
-        raise ValueError(
-            f"unknown policy {config.policy!r} (profiles: {', '.join(scheduling.profiles)})"
-        )
+    if unknown_policies(scheduling.profiles, [config.policy]):
+        known = ", ".join(known_policies(scheduling.profiles))
+        raise ValueError(f"unknown policy {config.policy!r} (profiles: {known})")
     pool = config.resolved_pool()
     engines = list(dict.fromkeys(r.describe() for r in pool))
     gateway = GatewaySettings()
-    sched = scheduling.scheduler(config.policy)
+    sched = scheduling.scheduler(routing_profile(config.policy))
     learner = None
     interval = None
     if sched.predicts:
@@ -196,6 +196,8 @@ def run_lab(
         # requests routed as hopeless (past their TTFT SLO wherever they went), and their share
         "sacrificed": sim.sacrificed,
         "sacrificed_share": round(sim.sacrificed / total, 5) if total else None,
+        # the greedy TTFT oracle's decisions and their wall-time cost (bench/lab/oracle.py)
+        "oracle": sim.oracle.summary() if sim.oracle is not None else None,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
     return report

@@ -17,7 +17,9 @@ Every piece is the production code, driven by a virtual clock:
   it was sent. With a predicting profile the decision comes ``predict_latency_s`` after the
   rows were built, as in the gateway, where requests arriving during the prediction call see
   the same loads;
-- trainer and predictor: :class:`bench.lab.learning.OnlineLearner`.
+- trainer and predictor: :class:`bench.lab.learning.OnlineLearner`;
+- the lab-only reference policy ``oracle-ttft`` (:mod:`bench.lab.oracle`): the cycle of its
+  base profile runs, then the greedy TTFT oracle ranks the candidates by forking them.
 
 At equal times, step ends are handled first, then scrapes, model installs and refit checks,
 then arrivals. Deterministic for a given seed.
@@ -28,9 +30,10 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.lab.learning import OnlineLearner
+from bench.lab.oracle import ORACLE_PATH, ORACLE_TTFT, InFlight, TtftOracle, routing_profile
 from bench.lab.regret import RegretProbe
 from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
 from bench.traces import TraceRequest
@@ -128,7 +131,11 @@ class LabSimulation:
         self._pod_by_name = {p.name: p for p in self.pods}
         self.scheduling = scheduling
         self.policy = policy
-        self.schedulers = {policy: scheduling.scheduler(policy)}
+        # the profile whose cycle runs (a lab-only reference policy runs a shipped one's:
+        # bench/lab/oracle.py); the greedy TTFT oracle then replaces its ranking
+        self.route_profile = routing_profile(policy)
+        self.schedulers = {self.route_profile: scheduling.scheduler(self.route_profile)}
+        self.oracle = TtftOracle() if policy == ORACLE_TTFT else None
         self.view = PodView.from_settings(gateway)
         self.index = PrefixIndex(
             gateway.prefix_block_tokens,
@@ -167,7 +174,7 @@ class LabSimulation:
         self.scrapes = 0
         self.sacrificed = 0  # decisions the scorer made for requests past their TTFT SLO
         # flow control, as the gateway runs it for a profile that enables it
-        flow = scheduling.flow(policy)
+        flow = scheduling.flow(self.route_profile)
         self.flow = FlowQueue(flow) if flow.enabled else None
         self._now = 0.0  # the virtual time of the event being handled (for the view's hook)
         if self.flow is not None:
@@ -339,7 +346,7 @@ class LabSimulation:
         meanwhile see the same loads."""
         prep = routing.prepare(
             self.scheduling, self.schedulers, self.index, cands, tokens,
-            model=self.model, profile=self.policy, max_tokens=req.output_tokens,
+            model=self.model, profile=self.route_profile, max_tokens=req.output_tokens,
             streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
             slo_tpot_ms=self.slo_tpot_ms, priority=self.priority, cost=self.view.cost,
             hashes=hashes, queued_s=waiter.queued_s() if waiter is not None else 0.0,
@@ -367,6 +374,8 @@ class LabSimulation:
             p.prep = routing.refresh(p.prep, self.view.candidates(self.model, now))
         prep, rec, req, preds = p.prep, p.record, p.request, p.preds
         decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
+        if self.oracle is not None and decision.admitted:
+            decision = self._oracle_decision(p, decision, now)
         rec.path = decision.path
         if self.on_decision is not None:
             self.on_decision(p, decision, now)
@@ -389,11 +398,39 @@ class LabSimulation:
             rec.model_version = p.version
             rec.predicted_ttft_ms = decision.predicted_ttft_ms
             rec.predicted_tpot_ms = decision.predicted_tpot_ms
-        delay = self.pod_ingress_s + self.pod_ingress_s_per_token * req.input_tokens
+        delay = self._pod_delay(req)
         if delay > 0:
             self._later(now + delay, self._submit, p)
         else:
             self._submit(p, now)
+
+    def _pod_delay(self, req: TraceRequest) -> float:
+        """From the dispatch to the pod's engine (HTTP and the pod's tokenizer)."""
+        return self.pod_ingress_s + self.pod_ingress_s_per_token * req.input_tokens
+
+    def _oracle_decision(self, p: _Pending, decision: Decision, now: float) -> Decision:
+        """The greedy TTFT oracle's ranking (bench/lab/oracle.py): every candidate forked
+        at the moment the request would reach its engine, with the requests already on
+        their way there."""
+        assert self.oracle is not None
+        req = p.request
+        pods = [self._pod_by_name[c.name] for c in p.prep.rows.candidates]
+        flying: dict[int, list[InFlight]] = {}
+        for t, _, handler, q in sorted(self._events, key=lambda e: (e[0], e[1])):
+            if handler == self._submit and q.pod is not None:
+                flying.setdefault(q.pod.index, []).append(
+                    InFlight(t, q.rid, q.tokens, q.request.output_tokens)
+                )
+        ttfts = self.oracle.ttfts(
+            [q.driver for q in pods], p.rid, p.tokens, req.output_tokens,
+            now + self._pod_delay(req), [flying.get(q.index, ()) for q in pods],
+        )  # fmt: skip
+        ranked = self.oracle.rank(ttfts, [q.index for q in pods])
+        if not ranked:  # no engine takes the prompt: it fails at the base profile's pick
+            return decision
+        scores = [None if t is None else -1000.0 * t for t in ttfts]  # minus the TTFT in ms
+        return replace(decision, ranked=ranked, scores=scores, path=ORACLE_PATH,
+                       notes={**decision.notes, "oracle_ttft_ms": -scores[ranked[0]]})  # fmt: skip
 
     def _submit(self, p: _Pending, now: float) -> None:
         """The request reached its pod (after HTTP and the pod's tokenizer)."""

@@ -8,14 +8,20 @@ issue 18 reads them (with ``--slo on`` only, everything comes from the header ru
 ``--slo off`` attainment and goodput are absent).
 
 Worst-case ratio of a policy on a metric: over every (workload, load) cell, its value
-divided by the best value among the *other* policies in that cell (the lowest for
-latencies, the highest for attainment and goodput), and the cell where that ratio is
-worst (highest for latencies, lowest for attainment and goodput). For attainment the worst
-difference in points is given too.
+divided by the best value among the *other* policies in that cell (reference policies left
+out; the lowest for latencies, the highest for attainment and goodput), and the cell where
+that ratio is worst (highest for latencies, lowest for attainment and goodput). For
+attainment the worst difference in points is given too.
 
 Done-means 1 (issue 18) for ``policy`` (``headroom``) against the best of ``baselines`` in
 each cell: TTFT p90 <= 1.05x, TPOT p90 <= 1.10x, E2E p90 <= 1.10x; and at load >= 1.0
 TTFT p90 <= 0.7x gie-default's or attainment >= gie-default's + 10 points.
+
+Lab-only reference policies (the greedy TTFT oracle ``oracle-ttft``, bench/lab/oracle.py)
+are shown as references: never a baseline of done-means 1 and never "the best other
+policy" of a worst case. When the oracle ran, each cell shows its TTFT p90 over
+gie-default's, and a failing lead check the oracle does not pass either says so (a greedy
+oracle is not a lower bound over all routers: "not reached by the greedy TTFT oracle").
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.lab.compare import fmt_cell
+from bench.lab.oracle import ORACLE_TTFT, is_reference
 
 LATENCY = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90")
 HIGHER_BETTER = ("attainment", "goodput")
@@ -96,7 +103,8 @@ def worst_case(cs: Sequence[dict], policies: Sequence[str]) -> dict[str, dict[st
             worst = None
             for (w, load), row in by.items():
                 mine = row.get(p, {}).get(m)
-                others = [(c[m], q) for q, c in row.items() if q != p and c.get(m) is not None]
+                others = [(c[m], q) for q, c in row.items()
+                          if q != p and not is_reference(q) and c.get(m) is not None]  # fmt: skip
                 if mine is None or not others:
                     continue
                 best, vs = max(others) if higher else min(others)
@@ -128,14 +136,39 @@ def lead_unattainable(gie: dict, floor: dict | None) -> str | None:
             f"gie-default's {t_gie:,.1f} ms, gie-default attainment {100 * a_gie:.1f}%")  # fmt: skip
 
 
+def lead_not_reached_by_oracle(gie: dict, oracle: dict | None) -> str | None:
+    """Why the load >= 1.0 lead check against gie-default's cell ``gie`` is not reached by
+    the greedy TTFT oracle's cell ``oracle`` either, or None: its TTFT p90 is above
+    LEAD_TTFT_RATIO x gie-default's and gie-default's attainment leaves less than
+    LEAD_ATTAINMENT to gain. Not a proof that no router can (the oracle is greedy)."""
+    t_gie, a_gie = gie.get("ttft_p90"), gie.get("attainment")
+    t_or = None if oracle is None else oracle.get("ttft_p90")
+    if t_or is None or not t_gie or a_gie is None:
+        return None
+    if t_or <= LEAD_TTFT_RATIO * t_gie or a_gie + LEAD_ATTAINMENT <= 1.0:
+        return None
+    return (f"not reached by the greedy TTFT oracle: its TTFT p90 is {t_or / t_gie:.3f}x "
+            f"gie-default's ({t_or:,.1f} vs {t_gie:,.1f} ms), gie-default attainment "
+            f"{100 * a_gie:.1f}%")  # fmt: skip
+
+
+def _oracle_ratio(row: dict[str, dict]) -> float | None:
+    """The greedy TTFT oracle's TTFT p90 over gie-default's in a cell (None: not run)."""
+    t_or = row.get(ORACLE_TTFT, {}).get("ttft_p90")
+    t_gie = row.get("gie-default", {}).get("ttft_p90")
+    return None if t_or is None or not t_gie else round(t_or / t_gie, 4)
+
+
 def done_means_1(
     cs: Sequence[dict], policy: str = "headroom", baselines: Sequence[str] = BASELINES,
     floors: dict[str, dict] | None = None,
 ) -> dict:  # fmt: skip
     """Issue 18's done-means 1 for ``policy``: every failing cell, with the numbers; with
     ``floors`` (workload -> its TTFT floor) a failing lead check no router could pass says
-    why (``unattainable``)."""
+    why (``unattainable``), and one the greedy TTFT oracle (when run) does not pass either
+    says so (``oracle``). Reference policies are never baselines."""
     floors = floors or {}
+    baselines = [b for b in baselines if not is_reference(b)]
     by = _index(cs)
     failures: list[dict] = []
     checked = 0
@@ -170,10 +203,13 @@ def done_means_1(
                     "points": None if a_me is None or a_gie is None
                     else round(100 * (a_me - a_gie), 2),
                     "unattainable": lead_unattainable(gie, floors.get(w)),
+                    "oracle": lead_not_reached_by_oracle(gie, row.get(ORACLE_TTFT)),
+                    "oracle_ratio": _oracle_ratio(row),
                 })  # fmt: skip
     return {"policy": policy, "baselines": [b for b in baselines], "cells_checked": checked,
             "pass": checked > 0 and not failures, "failures": failures,
-            "unattainable": sum(1 for f in failures if f.get("unattainable"))}  # fmt: skip
+            "unattainable": sum(1 for f in failures if f.get("unattainable")),
+            "not_reached_by_oracle": sum(1 for f in failures if f.get("oracle"))}  # fmt: skip
 
 
 def summarise(results: Sequence[dict], workloads: Sequence[dict], meta: dict) -> dict:
@@ -236,7 +272,7 @@ def cells_markdown(cs: Sequence[dict]) -> str:
             if c["workload"] != w:
                 continue
             lines.append(
-                f"| {c['load']:g} | {c['policy']} | {fmt_cell(c['ttft_p50'])} | {fmt_cell(c['ttft_p90'])} "
+                f"| {c['load']:g} | {policy_label(c['policy'])} | {fmt_cell(c['ttft_p50'])} | {fmt_cell(c['ttft_p90'])} "
                 f"| {fmt_cell(c['ttft_p99'])} | {fmt_cell(c['tpot_p90'], 1)} | {fmt_cell(c['e2e_p90'])} "
                 f"| {fmt_cell(c['attainment'], pct=True)} | {fmt_cell(c['goodput'], 2)} "
                 f"| {fmt_cell(c['ttft_p99_slo'])} | {fmt_cell(c.get('sacrificed_share'), pct=True)} |"
@@ -260,7 +296,7 @@ def worst_markdown(wc: dict[str, dict[str, dict]]) -> str:
                 continue
             extra = f", {x['points']:+.1f} pts" if "points" in x else ""
             cols.append(f"{x['ratio']:.2f}x{extra} vs {x['vs']} ({x['workload']} @ {x['load']:g})")
-        lines.append(f"| {p} | " + " | ".join(cols) + " |")
+        lines.append(f"| {policy_label(p)} | " + " | ".join(cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -273,6 +309,8 @@ def done_markdown(dm: dict | None) -> str:
         f" ({len(dm['failures'])} failing checks"
         + (f", {dm['unattainable']} of them no router could pass" if dm.get("unattainable")
            else "")
+        + (f", {dm['not_reached_by_oracle']} of them not passed by the greedy TTFT oracle "
+           "either" if dm.get("not_reached_by_oracle") else "")
         + ").\n"
     )  # fmt: skip
     if not dm["failures"]:
@@ -284,22 +322,40 @@ def done_markdown(dm: dict | None) -> str:
         lines.append(
             f"| {f['workload']} | {f['load']:g} | {f['check']} | {fmt_cell(f['value'], 1)} "
             f"| {fmt_cell(f['best'], 1)} | {f['vs']} | {fmt_cell(f['ratio'], 2)} "
-            f"| {'–' if pts is None else f'{pts:+.1f}'} | {f.get('unattainable') or ''} |"
+            f"| {'–' if pts is None else f'{pts:+.1f}'} | {_why(f)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _why(f: dict) -> str:
+    parts = [f.get("unattainable"), f.get("oracle")]
+    r = f.get("oracle_ratio")
+    if not f.get("oracle") and r is not None and r <= LEAD_TTFT_RATIO:
+        parts.append(f"the greedy TTFT oracle reaches it: TTFT p90 {r:.3f}x gie-default's")
+    return "; ".join(x for x in parts if x)
+
+
+def policy_label(policy: str) -> str:
+    """A policy's name in the tables (reference policies marked)."""
+    return f"{policy} (reference)" if is_reference(policy) else policy
 
 
 def versus_markdown(cs: Sequence[dict], policy: str = "headroom",
                     baselines: Sequence[str] = BASELINES) -> str:  # fmt: skip
     """Per (workload, load): ``policy``'s TTFT/TPOT/E2E p90 over the best baseline's (which
     one in brackets), its TTFT p90 over gie-default's and its attainment minus
-    gie-default's, in points (done-means 1, cell by cell)."""
+    gie-default's, in points (done-means 1, cell by cell); when the greedy TTFT oracle ran,
+    its TTFT p90 over gie-default's (a reference, not a baseline)."""
+    by = _index(cs)
+    oracle = any(ORACLE_TTFT in row for row in by.values())
     lines = [
         f"| workload | load | {policy} TTFT p90 ms | TTFT p90 / best | TPOT p90 / best "
-        "| E2E p90 / best | TTFT p90 / gie-default | attainment | vs gie-default |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| E2E p90 / best | TTFT p90 / gie-default | attainment | vs gie-default |"
+        + (f" {ORACLE_TTFT} TTFT p90 / gie-default |" if oracle else ""),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if oracle else ""),
     ]
-    for (w, load), row in _index(cs).items():
+    baselines = [b for b in baselines if not is_reference(b)]
+    for (w, load), row in by.items():
         me = row.get(policy)
         base = {b: row[b] for b in baselines if b in row}
         if me is None or not base:
@@ -315,10 +371,12 @@ def versus_markdown(cs: Sequence[dict], policy: str = "headroom",
         gie = row.get("gie-default", {})
         t, tg = me.get("ttft_p90"), gie.get("ttft_p90")
         a, ag = me.get("attainment"), gie.get("attainment")
+        to = row.get(ORACLE_TTFT, {}).get("ttft_p90")
         lines.append(
             f"| {w} | {load:g} | {fmt_cell(t)} | {vs('ttft_p90')} | {vs('tpot_p90')} "
             f"| {vs('e2e_p90')} | {'–' if t is None or not tg else f'{t / tg:.2f}'} "
             f"| {fmt_cell(a, pct=True)} | {'–' if a is None or ag is None else f'{100 * (a - ag):+.1f} pts'} |"
+            + (f" {'–' if to is None or not tg else f'{to / tg:.2f}'} |" if oracle else "")
         )
     return "\n".join(lines) + "\n"
 
@@ -332,6 +390,14 @@ def summary_markdown(s: dict) -> str:
         "from the runs without SLO headers; attainment, goodput and TTFT p99 w/ SLO from the "
         "runs with them.\n"
     )
+    if any(is_reference(p) for p in s["policies"]):
+        head += (
+            f"\n`{ORACLE_TTFT}` (reference) is the lab's greedy TTFT oracle "
+            "(bench/lab/oracle.py): each request goes to the pod where forking every engine "
+            "shows the least TTFT for it, given the requests already dispatched. Not a product "
+            "policy and never a baseline or the best other policy; greedy, so not a lower "
+            "bound over all routers.\n"
+        )
     return "\n".join([
         head, "## Workloads", "", workloads_markdown(s["workloads"]),
         "## Worst case against the best other policy", "", worst_markdown(s["worst_case"]),
@@ -371,7 +437,8 @@ def plot(s: dict, out_dir) -> list:
                              if c["workload"] == w and c["policy"] == p
                              and c.get(metric) is not None)  # fmt: skip
                 if pts:
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
+                            label=policy_label(p))  # fmt: skip
             ax.set_title(w, fontsize=9)
             if log:
                 ax.set_yscale("log")

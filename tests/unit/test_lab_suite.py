@@ -24,9 +24,11 @@ from bench.lab.suite_run import (
 from bench.lab.summary import (
     cells,
     done_means_1,
+    lead_not_reached_by_oracle,
     lead_unattainable,
     summarise,
     summary_markdown,
+    versus_markdown,
     worst_case,
 )
 from bench.lab.workloads import Arrival, Chat, TraceSlice, WorkloadSpec, params_dict
@@ -249,6 +251,71 @@ def test_a_lead_no_router_could_reach_says_why():
     assert dm["pass"] is False and dm["unattainable"] == 1
     assert dm["failures"][0]["unattainable"].startswith("no router can")
     assert done_means_1(cells(rs))["failures"][0]["unattainable"] is None
+
+
+def with_oracle(ttft90: float, att: float = 1.0, *, workload="w", load=1.0) -> list[dict]:
+    """The oracle's runs in one cell (SLO-blind: attainment derived from the same run)."""
+    return [report(workload, load, "oracle-ttft", ttft90, tpot90=5.0, e2e90=500.0),
+            report(workload, load, "oracle-ttft", ttft90, tpot90=5.0, e2e90=500.0, att=att,
+                   headers=True)]  # fmt: skip
+
+
+def test_the_oracle_is_a_reference_never_a_baseline_nor_the_best_other_policy():
+    rs = small_results()
+    oracle = [x for load in (0.8, 1.0) for x in with_oracle(30.0, load=load)]
+    oracle += with_oracle(30.0, workload="v", load=1.2)
+    cs, cs_oracle = cells(rs), cells(rs + oracle)
+    # done-means 1 is the same with the oracle's cells, even when it is named a baseline
+    plain = done_means_1(cs)
+    for baselines in (None, ["gie-default", "least-request", "cache-aware", "oracle-ttft"]):
+        kw = {} if baselines is None else {"baselines": baselines}
+        dm = done_means_1(cs_oracle, **kw)
+        assert "oracle-ttft" not in dm["baselines"]
+        assert [(f["workload"], f["load"], f["check"], f["best"]) for f in dm["failures"]] == [
+            (f["workload"], f["load"], f["check"], f["best"]) for f in plain["failures"]]  # fmt: skip
+    # the worst case of every policy is against the best *non-reference* other policy
+    policies = ["gie-default", "least-request", "headroom"]
+    assert worst_case(cs_oracle, policies) == worst_case(cs, policies)
+    wo = worst_case(cs_oracle, [*policies, "oracle-ttft"])["oracle-ttft"]
+    assert (wo["ttft_p90"]["vs"], wo["ttft_p90"]["ratio"]) == ("headroom", 0.5)  # 30 / 60
+    md = summary_markdown(summarise(rs + oracle, [], {"suite": "t", "pods": 8, "profile": "p",
+                          "seed": 0, "streaming": True, "loads": [0.8, 1.0], "slo": "both"}))  # fmt: skip
+    assert "| oracle-ttft (reference) |" in md and "not a lower bound" in md
+    assert "vs oracle-ttft" not in md
+
+
+def test_a_lead_the_greedy_oracle_does_not_reach_says_so():
+    gie = {"ttft_p90": 100.0, "attainment": 0.995}
+    why = lead_not_reached_by_oracle(gie, {"ttft_p90": 80.0})
+    assert why is not None and why.startswith("not reached by the greedy TTFT oracle")
+    assert "0.800x gie-default's" in why and "99.5%" in why and "impossible" not in why
+    assert lead_not_reached_by_oracle(gie, {"ttft_p90": 70.0}) is None  # the oracle reaches it
+    low = {"ttft_p90": 100.0, "attainment": 0.85}
+    assert lead_not_reached_by_oracle(low, {"ttft_p90": 80.0}) is None  # +10 pts possible
+    assert lead_not_reached_by_oracle(gie, None) is None  # the oracle did not run
+    rs = [report("c", 1.0, "gie-default", 100.0), report("c", 1.0, "headroom", 90.0),
+          report("c", 1.0, "gie-default", 100.0, att=0.995, headers=True),
+          report("c", 1.0, "headroom", 90.0, att=1.0, headers=True)]  # fmt: skip
+    dm = done_means_1(cells(rs + with_oracle(80.0, workload="c")))
+    assert dm["pass"] is False and dm["not_reached_by_oracle"] == 1
+    assert dm["failures"][0]["oracle"] == why and dm["unattainable"] == 0
+    assert done_means_1(cells(rs))["failures"][0]["oracle"] is None
+    # the oracle reaches 0.7x: the failure stays and says nothing about the oracle
+    [f] = done_means_1(cells(rs + with_oracle(65.0, workload="c")))["failures"]
+    assert f["oracle"] is None and f["oracle_ratio"] == 0.65
+    md = summary_markdown(summarise(rs + with_oracle(65.0, workload="c"), [], {
+        "suite": "t", "pods": 8, "profile": "p", "seed": 0, "streaming": True, "loads": [1.0],
+        "slo": "both"}))  # fmt: skip
+    assert "the greedy TTFT oracle reaches it: TTFT p90 0.650x gie-default's" in md
+    s = summarise(rs + with_oracle(80.0, workload="c"), [], {
+        "suite": "t", "pods": 8, "profile": "p", "seed": 0, "streaming": True, "loads": [1.0],
+        "slo": "both"})  # fmt: skip
+    md = summary_markdown(s)
+    assert "1 of them not passed by the greedy TTFT oracle either" in md and why in md
+    # per cell: the oracle's TTFT p90 over gie-default's, only when the oracle ran
+    vs = versus_markdown(s["cells"])
+    assert "oracle-ttft TTFT p90 / gie-default |" in vs and vs.splitlines()[2].endswith(" 0.80 |")
+    assert "oracle-ttft" not in versus_markdown(cells(rs))
 
 
 def test_summary_markdown_names_the_failures():

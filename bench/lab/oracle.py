@@ -1,0 +1,128 @@
+"""The greedy TTFT oracle: ``oracle-ttft``, a lab-only reference policy (never a gateway
+profile).
+
+At each decision the oracle forks every candidate pod (:class:`bench.lab.fork.Fork`) and,
+on each fork, submits the requests already dispatched to that pod but still on their way
+(at the times they will reach its engine), then the request being routed at the time *it*
+will reach the engine (the decision time plus the pod ingress: HTTP and the pod's
+tokenizer), and plays the fork forward with no further arrivals until that request's first
+token. The request goes to the pod where that TTFT is least (ties: the lowest pod index);
+a pod whose engine refuses the prompt is not a candidate. With no later arrival on the
+chosen pod before the first token, the real TTFT equals its fork's (tested).
+
+It reads no SLO headers and no predictions: the engines themselves, perfectly. It is greedy,
+not optimal: each decision minimises that request's TTFT and ignores what it does to the
+requests after it (the decode steps it slows down, the pod it fills for the next burst; on
+multi-turn traffic sharing a system prompt a pod with a cold prefix cache may never look
+fastest, so it is never warmed and the warm pods pile up decodes). It routes each request
+as it comes and never holds one back in the gateway. Its TTFT is therefore *not* a lower
+bound over all routers; a target it misses is "not reached by the greedy TTFT oracle", not
+impossible.
+
+Its candidates and the gateway's in-flight accounting come from the cycle of the shipped
+profile :data:`REFERENCE_POLICIES` names (least-request), whose ranking the oracle replaces
+(kept only when no pod can take the request, which then fails at the pod as it would).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.lab.fork import INF, Fork, PromptHashes
+from services.simulator.virtual_pod import VirtualPod
+
+ORACLE_TTFT = "oracle-ttft"
+# lab-only reference policies -> the shipped profile whose cycle gives them their candidates
+REFERENCE_POLICIES: dict[str, str] = {ORACLE_TTFT: "least-request"}
+ORACLE_PATH = "oracle"  # the decisions' routing path in the lab's report
+
+
+def is_reference(policy: str) -> bool:
+    """A lab-only reference policy (not a product policy, never a baseline)."""
+    return policy in REFERENCE_POLICIES
+
+
+def routing_profile(policy: str) -> str:
+    """The scheduling profile that runs ``policy``'s cycle (itself for a shipped one)."""
+    return REFERENCE_POLICIES.get(policy, policy)
+
+
+def unknown_policies(profiles, policies: Sequence[str]) -> list[str]:
+    """The ``policies`` that are neither a profile of ``profiles`` nor a reference policy
+    whose profile is there."""
+    return [p for p in policies if routing_profile(p) not in profiles]
+
+
+def known_policies(profiles) -> list[str]:
+    return [*profiles, *(p for p, base in REFERENCE_POLICIES.items() if base in profiles)]
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A request dispatched to a pod that has not reached its engine yet."""
+
+    at: float  # when it reaches the engine
+    rid: str
+    tokens: Sequence[int]
+    max_tokens: int
+
+
+class TtftOracle:
+    """Plays each decision on forks of every candidate (module docstring) and keeps count."""
+
+    def __init__(self) -> None:
+        self.decisions = 0
+        self.forks = 0
+        self.wall_s = 0.0
+
+    def ttfts(
+        self,
+        pods: Sequence[VirtualPod],
+        rid: str,
+        tokens: Sequence[int],
+        max_tokens: int,
+        at: float,
+        in_flight: Sequence[Sequence[InFlight]],
+    ) -> list[float | None]:
+        """Per pod, the TTFT in seconds (from ``at`` to the first token) of request ``rid``
+        reaching its engine at ``at``, after ``in_flight[i]`` (sorted by arrival; those
+        arriving at ``at`` too were dispatched first, so they go first) and with no other
+        arrival; None where the engine refuses it."""
+        started = time.perf_counter()
+        hashes = PromptHashes()
+        out: list[float | None] = []
+        for driver, flying in zip(pods, in_flight, strict=True):
+            fork = Fork(driver, rid)
+            later = [f for f in flying if f.at > at]
+            for f in flying:
+                if f.at <= at:
+                    fork.submit(f.rid, f.tokens, f.max_tokens, f.at, hashes)
+            if not fork.submit(rid, tokens, max_tokens, at, hashes):
+                out.append(None)
+                continue
+            for f in later:
+                fork.submit(f.rid, f.tokens, f.max_tokens, f.at, hashes)
+            fork.advance(INF)
+            out.append(fork.ttft_s)
+        self.decisions += 1
+        self.forks += len(out)
+        self.wall_s += time.perf_counter() - started
+        return out
+
+    @staticmethod
+    def rank(ttfts: Sequence[float | None], keys: Sequence[int]) -> list[int]:
+        """Candidate indices by TTFT, ties by ``keys`` (pod indices); refused ones left
+        out."""
+        ok = [i for i, t in enumerate(ttfts) if t is not None]
+        return sorted(ok, key=lambda i: (ttfts[i], keys[i]))
+
+    def summary(self) -> dict:
+        n = self.decisions
+        return {
+            "decisions": n,
+            "forks": self.forks,
+            "wall_s": round(self.wall_s, 3),
+            "ms_per_decision": round(1000.0 * self.wall_s / n, 3) if n else None,
+        }
