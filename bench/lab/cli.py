@@ -178,6 +178,9 @@ def build_compare_parser() -> argparse.ArgumentParser:
                    "| smoke; bench/lab/suite.py) instead of --trace; writes results.json, "
                    "summary.json and summary.md")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="with --suite: parallel processes")
+    p.add_argument("--seeds", help="with --suite: comma-separated lab seeds, the ladder once per "
+                   "seed (workloads prepared once, with the first); writes seed-S/ per seed "
+                   "and seeds.md / seeds.json (done-means 1 per seed, summed)")  # fmt: skip
     p.add_argument("--slo", choices=("both", "on", "off"), default="both",
                    help="with --suite: runs without SLO headers and with the workload's SLOs "
                    "(both, default), only with them (on) or only without (off)")  # fmt: skip
@@ -296,6 +299,10 @@ def run_compare_cli(argv: list[str]) -> int:
     if not args.trace:
         print("headroom lab compare: --trace or --suite is required", file=sys.stderr)
         return 2
+    if args.seeds:
+        print("headroom lab compare: --seeds is for --suite (a ladder on one trace: --seed)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         loads = [float(x) for x in args.loads.split(",") if x.strip()]
@@ -391,7 +398,7 @@ def run_workloads_cli(argv: list[str]) -> int:
 
 
 def run_suite_cli(args: argparse.Namespace) -> int:
-    from bench.lab.suite_run import commit, run_suite, write_suite_outputs
+    from bench.lab.suite_run import commit, run_suite, write_outputs
 
     if args.trace or args.limit is not None or args.offset:
         print("headroom lab compare: --suite picks its own traces (no --trace/--limit/--offset)",
@@ -406,6 +413,11 @@ def run_suite_cli(args: argparse.Namespace) -> int:
         return 2
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     loads = [float(x) for x in args.loads.split(",") if x.strip()]
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
+    except ValueError:
+        print(f"headroom lab compare: --seeds takes integers ({args.seeds!r})", file=sys.stderr)
+        return 2
     args.trace = "-"  # each workload sets its own
     started_at = commit()
     out = Path(args.out)
@@ -441,11 +453,12 @@ def run_suite_cli(args: argparse.Namespace) -> int:
         workloads, results = run_suite(
             args.suite, base, policies, loads, out, slo=args.slo, jobs=args.jobs,
             full_traces=args.full_traces, on_prepared=on_prepared, on_done=on_done,
+            seeds=seeds,
         )  # fmt: skip
     except (ValueError, OSError) as e:
         print(f"headroom lab compare: {e}", file=sys.stderr)
         return 2
-    for path in write_suite_outputs(args.suite, base, loads, args.slo, workloads, results, out,
-                                    started_at):  # fmt: skip
+    for path in write_outputs(args.suite, base, loads, args.slo, workloads, results, out,
+                              started_at):  # fmt: skip
         print(f"wrote {path}", file=sys.stderr)
     return 0

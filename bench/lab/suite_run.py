@@ -283,16 +283,25 @@ def run_suite(
     full_traces: bool = False,
     on_prepared: Callable[[Workload], None] | None = None,
     on_done: Callable[[list[dict]], None] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> tuple[list[Workload], list[dict]]:
     """Prepare every workload of suite ``name`` and run the ladder; returns the workloads and
-    every run's report (ordered by workload, load, policy, headers)."""
+    every run's report (ordered by seed, workload, load, policy, headers). ``seeds``: run the
+    ladder once per lab seed (default: ``base.seed`` alone); the workloads, their rates and
+    SLOs are prepared once, with the first seed, so the seeds differ only in the engines'
+    noise and the pickers' tie-breaks."""
+    seeds = list(seeds) if seeds else [base.seed]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds repeat: {seeds}")
+    base = replace(base, seed=seeds[0])
     check_ladder(base, policies, loads)
     if slo not in SLO_MODES:
         raise ValueError(f"slo must be one of {SLO_MODES}")
     work_dir = out_dir / "workloads"
     raw = [materialise(split, e, work_dir) for split, e in suite(name, full_traces=full_traces)]
     workloads = _map(_prepare_one, [(w, base) for w in raw], jobs, on_prepared)
-    tasks = tasks_for(workloads, base, policies, loads, slo)
+    tasks = [t for seed in seeds
+             for t in tasks_for(workloads, replace(base, seed=seed), policies, loads, slo)]  # fmt: skip
     # cheapest workloads first (virtual seconds to simulate: requests / saturation rate), so a
     # suite cut short has whole workloads; the results keep the suite's order
     cost = {w.name: w.spec.get("requests", w.limit or 0) / w.saturation["cluster_rps"]
@@ -334,6 +343,39 @@ def write_suite_outputs(
     return paths + plot(s, out_dir)
 
 
+def write_outputs(
+    name: str, base: LabConfig, loads: Sequence[float], slo: str,
+    workloads: Sequence[Workload], results: Sequence[dict], out_dir: Path,
+    commit_id: str | None = None,
+) -> list[Path]:  # fmt: skip
+    """:func:`write_suite_outputs` for a suite run at one seed; for several seeds, one
+    ``seed-S/`` directory each (its own summary) plus ``seeds.json`` / ``seeds.md``
+    (:func:`bench.lab.summary.across_seeds`: done-means 1 per seed and which cells fail on
+    how many seeds)."""
+    import json
+
+    from bench.lab.summary import across_seeds, seeds_markdown
+
+    seeds = list(dict.fromkeys(r["seed"] for r in results))
+    if len(seeds) <= 1:
+        b = replace(base, seed=seeds[0]) if seeds else base
+        return write_suite_outputs(name, b, loads, slo, workloads, results, out_dir, commit_id)
+    paths: list[Path] = []
+    per_seed: dict[int, dict] = {}
+    for seed in seeds:
+        sub = out_dir / f"seed-{seed}"
+        rs = [r for r in results if r["seed"] == seed]
+        paths += write_suite_outputs(name, replace(base, seed=seed), loads, slo, workloads, rs,
+                                     sub, commit_id)  # fmt: skip
+        per_seed[seed] = json.loads((sub / "summary.json").read_text())["done_means_1"]
+    a = {"suite": name, "loads": list(loads), "slo": slo, "commit": commit_id or commit(),
+         **across_seeds(per_seed)}  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "seeds.json").write_text(json.dumps(a, indent=1) + "\n")
+    (out_dir / "seeds.md").write_text(seeds_markdown(a, name))
+    return [*paths, out_dir / "seeds.json", out_dir / "seeds.md"]
+
+
 def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = None) -> list[Path]:
     """Re-write the summary of a suite directory from what its runs left: ``results.json``
     (a finished suite) or else ``results.partial.jsonl`` (one cut short), and the prepared
@@ -365,13 +407,16 @@ def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = 
     workloads = [with_floor(Workload(**w), base) for w in rows if w["name"] in ran]
     order = {w.name: i for i, w in enumerate(workloads)}
     results = sorted(results, key=lambda r: order.get(r["workload"], len(order)))
-    old = out_dir / "summary.json"
-    meta = json.loads(old.read_text()) if old.is_file() else {}
+    meta: dict = {}
+    for f in (out_dir / "summary.json", out_dir / "seeds.json"):  # one seed / several
+        if f.is_file():
+            meta = json.loads(f.read_text())
+            break
     loads = meta.get("loads") or sorted({r["load"] for r in results})
     slo = meta.get("slo") or "both"
-    return write_suite_outputs(name or meta.get("suite") or out_dir.name, base, loads, slo,
-                               workloads, results, out_dir,
-                               commit_id or meta.get("commit") or "unknown")  # fmt: skip
+    return write_outputs(name or meta.get("suite") or out_dir.name, base, loads, slo,
+                         workloads, results, out_dir,
+                         commit_id or meta.get("commit") or "unknown")  # fmt: skip
 
 
 def run_summary_cli(argv: list[str]) -> int:

@@ -212,6 +212,56 @@ def done_means_1(
             "not_reached_by_oracle": sum(1 for f in failures if f.get("oracle"))}  # fmt: skip
 
 
+def across_seeds(per_seed: dict[int, dict]) -> dict:
+    """Done-means 1 of one suite run at several lab seeds (``per_seed``: seed -> its
+    :func:`done_means_1`): the failing checks per seed, those a router could pass (not
+    marked "no router can") summed over the seeds (what a candidate default is scored by on
+    ``train``), and every failing check with the seeds it fails on."""
+    seeds = sorted(per_seed)
+    rows: dict[tuple, dict] = {}
+    counts = {}
+    for seed in seeds:
+        fails = per_seed[seed]["failures"]
+        unatt = sum(1 for f in fails if f.get("unattainable"))
+        counts[str(seed)] = {"failing": len(fails), "unattainable": unatt,
+                             "attainable": len(fails) - unatt,
+                             "not_reached_by_oracle": sum(1 for f in fails if f.get("oracle"))}  # fmt: skip
+        for f in fails:
+            key = (f["workload"], f["load"], f["check"])
+            row = rows.setdefault(key, {"workload": f["workload"], "load": f["load"],
+                                        "check": f["check"], "seeds": [], "ratios": [],
+                                        "unattainable": False})  # fmt: skip
+            row["seeds"].append(seed)
+            row["ratios"].append(f.get("ratio"))
+            row["unattainable"] = row["unattainable"] or bool(f.get("unattainable"))
+    return {"seeds": seeds, "per_seed": counts,
+            "attainable_total": sum(c["attainable"] for c in counts.values()),
+            "failures": list(rows.values())}  # fmt: skip
+
+
+def seeds_markdown(a: dict, name: str = "") -> str:
+    """``seeds.md`` of a suite run at several seeds (:func:`across_seeds`)."""
+    seeds = a["seeds"]
+    out = [f"# Lab suite `{name}` at seeds {', '.join(map(str, seeds))}", "",
+           "Done-means 1 for `headroom` at each lab seed (each seed's cells: seed-S/summary.md). "
+           "*Attainable*: failing checks not marked \"no router can\".", "",
+           "| seed | failing checks | no router can | attainable | not passed by the greedy oracle |",
+           "|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for s in seeds:
+        c = a["per_seed"][str(s)]
+        out.append(f"| {s} | {c['failing']} | {c['unattainable']} | {c['attainable']} | "
+                   f"{c['not_reached_by_oracle']} |")  # fmt: skip
+    out += ["", f"Attainable failing checks summed over the seeds: **{a['attainable_total']}**.",
+            "", "| workload | load | check | fails on seeds | ratio per seed | no router can |",
+            "|---|---:|---|---|---|---|"]  # fmt: skip
+    for f in a["failures"]:
+        ratios = " / ".join("–" if r is None else f"{r:.2f}" for r in f["ratios"])
+        out.append(f"| {f['workload']} | {f['load']:g} | {f['check']} | "
+                   f"{', '.join(map(str, f['seeds']))} ({len(f['seeds'])} of {len(seeds)}) | "
+                   f"{ratios} | {'yes' if f['unattainable'] else ''} |")  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
 def summarise(results: Sequence[dict], workloads: Sequence[dict], meta: dict) -> dict:
     policies = list(dict.fromkeys(r["policy"] for r in results))
     cs = cells(results)

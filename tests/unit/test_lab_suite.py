@@ -22,10 +22,12 @@ from bench.lab.suite_run import (
     ttft_floor_ms,
 )
 from bench.lab.summary import (
+    across_seeds,
     cells,
     done_means_1,
     lead_not_reached_by_oracle,
     lead_unattainable,
+    seeds_markdown,
     summarise,
     summary_markdown,
     versus_markdown,
@@ -412,3 +414,77 @@ def test_lab_workloads_characterises_any_trace(capsys):
     (row,) = json.loads(capsys.readouterr().out)
     assert row["name"] == t.name and row["characterisation"]["requests"] == 400
     assert 0 < row["characterisation"]["block_repeat"] < 1
+
+
+# --- several lab seeds ----------------------------------------------------------------------
+def _fail(w, load, check, ratio, unattainable=None, oracle=None):
+    return {"workload": w, "load": load, "check": check, "ratio": ratio,
+            "unattainable": unattainable, "oracle": oracle}  # fmt: skip
+
+
+def test_across_seeds_counts_per_seed_sums_the_attainable_and_lists_the_seeds_of_each_check():
+    lead = "ttft_p90 <= 0.7x gie-default or attainment >= gie-default + 10 pts"
+    per_seed = {
+        0: {"failures": [_fail("a", 1.0, lead, 0.9, unattainable="floor"),
+                         _fail("b", 0.8, "tpot_p90 <= 1.1x best", 1.2)]},
+        2: {"failures": [_fail("a", 1.0, lead, 0.92, unattainable="floor", oracle="x"),
+                         _fail("c", 1.2, "e2e_p90 <= 1.1x best", 1.15)]},
+        1: {"failures": []},
+    }  # fmt: skip
+    a = across_seeds(per_seed)
+    assert a["seeds"] == [0, 1, 2]
+    assert a["per_seed"]["0"] == {"failing": 2, "unattainable": 1, "attainable": 1,
+                                  "not_reached_by_oracle": 0}  # fmt: skip
+    assert a["per_seed"]["1"]["failing"] == 0
+    assert a["per_seed"]["2"]["not_reached_by_oracle"] == 1
+    assert a["attainable_total"] == 2  # b on seed 0, c on seed 2; a is "no router can"
+    rows = {(f["workload"], f["check"]): f for f in a["failures"]}
+    assert rows[("a", lead)]["seeds"] == [0, 2] and rows[("a", lead)]["ratios"] == [0.9, 0.92]
+    assert rows[("a", lead)]["unattainable"] is True
+    assert rows[("b", "tpot_p90 <= 1.1x best")]["seeds"] == [0]
+    md = seeds_markdown(a, "train")
+    assert "| 0 | 2 | 1 | 1 | 0 |" in md and "| 1 | 0 | 0 | 0 | 0 |" in md
+    assert "summed over the seeds: **2**" in md
+    assert "| a | 1 | " + lead + " | 0, 2 (2 of 3) | 0.90 / 0.92 | yes |" in md
+
+
+def test_lab_compare_suite_at_several_seeds_writes_one_summary_per_seed(tmp_path, capsys):
+    argv = ["lab", "compare", "--suite", "smoke", "--pods", "2", "--policies",
+            "least-request,headroom", "--loads", "1.0", "--streaming", "--quiet", "--slo", "off"]  # fmt: skip
+    out = tmp_path / "seeds"
+    assert cli([*argv, "--seeds", "3,4", "--jobs", "2", "--out", str(out)]) == 0
+    one = tmp_path / "one"
+    assert cli([*argv, "--seed", "4", "--out", str(one)]) == 0
+
+    def strip(p: Path):
+        return [{k: v for k, v in r.items() if k != "wall_seconds"}
+                for r in json.loads(p.read_text())]  # fmt: skip
+
+    s3 = json.loads((out / "seed-3" / "summary.json").read_text())
+    s4 = json.loads((out / "seed-4" / "summary.json").read_text())
+    assert s3["seed"] == 3 and s4["seed"] == 4
+    runs3, runs4 = strip(out / "seed-3" / "results.json"), strip(out / "seed-4" / "results.json")
+    assert {r["seed"] for r in runs3} == {3} and {r["seed"] for r in runs4} == {4}
+    # the seeds differ (the engines' noise) ...
+    assert [r["ttft_ms"] for r in runs3] != [r["ttft_ms"] for r in runs4]
+    # ... over the same workloads (prepared once, with the first seed)
+    assert [(r["workload"], r["policy"]) for r in runs3] == [
+        (r["workload"], r["policy"]) for r in runs4
+    ]
+    assert [r["requests"] for r in runs4] == [r["requests"] for r in strip(one / "results.json")]
+    a = json.loads((out / "seeds.json").read_text())
+    assert a["seeds"] == [3, 4] and a["suite"] == "smoke" and a["loads"] == [1.0]
+    assert set(a["per_seed"]) == {"3", "4"}
+    assert "Lab suite `smoke` at seeds 3, 4" in (out / "seeds.md").read_text()
+    # `lab summary` of the multi-seed directory re-writes the per-seed summaries from the
+    # partial results (every seed's runs in one file)
+    (out / "seed-3" / "summary.json").unlink()
+    assert cli(["lab", "summary", str(out)]) == 0
+    assert json.loads((out / "seed-3" / "summary.json").read_text())["seed"] == 3
+    assert json.loads((out / "seeds.json").read_text())["per_seed"] == a["per_seed"]
+    assert cli(["lab", "compare", "--suite", "smoke", "--seeds", "1,1", "--out",
+                str(tmp_path / "rep")]) == 2  # fmt: skip
+    assert "seeds repeat" in capsys.readouterr().err
+    assert cli(["lab", "compare", "--trace", "x", "--seeds", "1,2", "--out",
+                str(tmp_path / "tr")]) == 2  # fmt: skip
+    assert "--seeds is for --suite" in capsys.readouterr().err
