@@ -68,12 +68,9 @@ def test_traces_dir_env(monkeypatch, tmp_path):
     assert traces_dir() == tmp_path
 
 
-def test_traces_dir_default_is_beside_the_checkout(monkeypatch):
-    """The default is a path derived from the checkout's location (never a machine path),
-    outside the checkout; nothing is read there (the tests use tests/data slices only)."""
+def test_the_trace_slices_the_tests_read_are_inside_the_checkout():
+    """Tests read only the tests/data slices (the full traces are bench/ work, found through
+    HEADROOM_TRACES_DIR)."""
     from bench.lab.synthetic import CHECKOUT, TRACE_SLICES_DIR
 
-    monkeypatch.delenv("HEADROOM_TRACES_DIR", raising=False)
-    default = traces_dir()
-    assert default.is_relative_to(CHECKOUT.parent) and not default.is_relative_to(CHECKOUT)
     assert TRACE_SLICES_DIR.is_relative_to(CHECKOUT) and TRACE_SLICES_DIR.is_dir()
