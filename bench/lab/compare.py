@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.lab.config import LabConfig
-from bench.lab.oracle import known_policies, unknown_policies
+from bench.lab.oracle import check_policies
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import Saturation, estimate_saturation
 from services.gateway.scheduling.config import load_config
@@ -68,10 +68,7 @@ def check_ladder(base: LabConfig, policies: Sequence[str], loads: Sequence[float
     if any(not load > 0 for load in loads):
         raise ValueError("loads must be > 0")
     scheduling = load_config(base.profiles_path)
-    unknown = unknown_policies(scheduling.profiles, policies)
-    if unknown:
-        known = ", ".join(known_policies(scheduling.profiles))
-        raise ValueError(f"unknown policies {unknown} (profiles: {known})")
+    check_policies(scheduling.profiles, policies)
     return scheduling
 
 

@@ -59,6 +59,18 @@ def known_policies(profiles) -> list[str]:
     return [*profiles, *(p for p, base in REFERENCE_POLICIES.items() if base in profiles)]
 
 
+def check_policies(profiles, policies: str | Sequence[str]) -> None:
+    """ValueError naming the policy (a ``str``) or the ``policies`` (a list) that are neither
+    a profile of ``profiles`` nor a reference policy whose profile is there, and the ones
+    that are."""
+    one = isinstance(policies, str)
+    unknown = unknown_policies(profiles, [policies] if one else policies)
+    if not unknown:
+        return
+    what = f"policy {unknown[0]!r}" if one else f"policies {unknown}"
+    raise ValueError(f"unknown {what} (profiles: {', '.join(known_policies(profiles))})")
+
+
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """A request dispatched to a pod that has not reached its engine yet."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
-from bench.lab.oracle import known_policies, routing_profile, unknown_policies
+from bench.lab.oracle import check_policies, routing_profile
 from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
 from bench.lab.report import latency_stats, prediction_summary, summarize
 from bench.lab.simulation import LabSimulation
@@ -112,9 +112,7 @@ def run_lab(
     if trace is None:
         trace, shift_index = load_lab_traces(config)
     scheduling = scheduling or load_config(config.profiles_path)
-    if unknown_policies(scheduling.profiles, [config.policy]):
-        known = ", ".join(known_policies(scheduling.profiles))
-        raise ValueError(f"unknown policy {config.policy!r} (profiles: {known})")
+    check_policies(scheduling.profiles, config.policy)
     pool = config.resolved_pool()
     engines = list(dict.fromkeys(r.describe() for r in pool))
     gateway = GatewaySettings()

@@ -317,10 +317,10 @@ def write_suite_outputs(
     name: str, base: LabConfig, loads: Sequence[float], slo: str,
     workloads: Sequence[Workload], results: Sequence[dict], out_dir: Path,
     commit_id: str | None = None,
-) -> list[Path]:  # fmt: skip
+) -> tuple[list[Path], dict]:  # fmt: skip
     """``results.json`` (every run's report), ``summary.json``, ``summary.md`` and the plots
     (:func:`bench.lab.summary.plot`); ``commit_id``: the checkout's commit when the runs
-    started (default: now)."""
+    started (default: now). Returns the paths written and the summary."""
     import json
 
     from bench.lab.summary import plot, summarise, summary_markdown
@@ -340,7 +340,7 @@ def write_suite_outputs(
     paths[0].write_text(json.dumps(list(results), indent=1) + "\n")
     paths[1].write_text(json.dumps(s, indent=1) + "\n")
     paths[2].write_text(summary_markdown(s))
-    return paths + plot(s, out_dir)
+    return paths + plot(s, out_dir), s
 
 
 def write_outputs(
@@ -359,15 +359,15 @@ def write_outputs(
     seeds = list(dict.fromkeys(r["seed"] for r in results))
     if len(seeds) <= 1:
         b = replace(base, seed=seeds[0]) if seeds else base
-        return write_suite_outputs(name, b, loads, slo, workloads, results, out_dir, commit_id)
+        return write_suite_outputs(name, b, loads, slo, workloads, results, out_dir, commit_id)[0]
     paths: list[Path] = []
     per_seed: dict[int, dict] = {}
     for seed in seeds:
-        sub = out_dir / f"seed-{seed}"
         rs = [r for r in results if r["seed"] == seed]
-        paths += write_suite_outputs(name, replace(base, seed=seed), loads, slo, workloads, rs,
-                                     sub, commit_id)  # fmt: skip
-        per_seed[seed] = json.loads((sub / "summary.json").read_text())["done_means_1"]
+        written, s = write_suite_outputs(name, replace(base, seed=seed), loads, slo, workloads,
+                                         rs, out_dir / f"seed-{seed}", commit_id)  # fmt: skip
+        paths += written
+        per_seed[seed] = s["done_means_1"]
     a = {"suite": name, "loads": list(loads), "slo": slo, "commit": commit_id or commit(),
          **across_seeds(per_seed)}  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)

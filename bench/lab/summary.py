@@ -221,11 +221,11 @@ def across_seeds(per_seed: dict[int, dict]) -> dict:
     rows: dict[tuple, dict] = {}
     counts = {}
     for seed in seeds:
-        fails = per_seed[seed]["failures"]
-        unatt = sum(1 for f in fails if f.get("unattainable"))
-        counts[str(seed)] = {"failing": len(fails), "unattainable": unatt,
-                             "attainable": len(fails) - unatt,
-                             "not_reached_by_oracle": sum(1 for f in fails if f.get("oracle"))}  # fmt: skip
+        dm = per_seed[seed]
+        fails = dm["failures"]
+        counts[str(seed)] = {"failing": len(fails), "unattainable": dm["unattainable"],
+                             "attainable": len(fails) - dm["unattainable"],
+                             "not_reached_by_oracle": dm["not_reached_by_oracle"]}  # fmt: skip
         for f in fails:
             key = (f["workload"], f["load"], f["check"])
             row = rows.setdefault(key, {"workload": f["workload"], "load": f["load"],

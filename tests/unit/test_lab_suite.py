@@ -422,14 +422,21 @@ def _fail(w, load, check, ratio, unattainable=None, oracle=None):
             "unattainable": unattainable, "oracle": oracle}  # fmt: skip
 
 
+def _dm(failures):
+    """A done_means_1 result holding ``failures`` (its counts as done_means_1 makes them)."""
+    return {"failures": failures,
+            "unattainable": sum(1 for f in failures if f["unattainable"]),
+            "not_reached_by_oracle": sum(1 for f in failures if f["oracle"])}  # fmt: skip
+
+
 def test_across_seeds_counts_per_seed_sums_the_attainable_and_lists_the_seeds_of_each_check():
     lead = "ttft_p90 <= 0.7x gie-default or attainment >= gie-default + 10 pts"
     per_seed = {
-        0: {"failures": [_fail("a", 1.0, lead, 0.9, unattainable="floor"),
-                         _fail("b", 0.8, "tpot_p90 <= 1.1x best", 1.2)]},
-        2: {"failures": [_fail("a", 1.0, lead, 0.92, unattainable="floor", oracle="x"),
-                         _fail("c", 1.2, "e2e_p90 <= 1.1x best", 1.15)]},
-        1: {"failures": []},
+        0: _dm([_fail("a", 1.0, lead, 0.9, unattainable="floor"),
+                _fail("b", 0.8, "tpot_p90 <= 1.1x best", 1.2)]),
+        2: _dm([_fail("a", 1.0, lead, 0.92, unattainable="floor", oracle="x"),
+                _fail("c", 1.2, "e2e_p90 <= 1.1x best", 1.15)]),
+        1: _dm([]),
     }  # fmt: skip
     a = across_seeds(per_seed)
     assert a["seeds"] == [0, 1, 2]
