@@ -6,7 +6,12 @@ import random
 
 import pytest
 
-from services.gateway.scheduling.cost_model import PRIOR, CostModelConfig, PrefillCostModel
+from services.gateway.scheduling.cost_model import (
+    PRIOR,
+    CostModelConfig,
+    PrefillCostModel,
+    PrefillWork,
+)
 
 TRUE = (0.0225, 1.6e-5, 2.6e-9)  # the simulator's H100 profile
 
@@ -60,3 +65,22 @@ def test_forgets_an_old_regime():
     for _ in range(500):
         m.observe(10_000, 0, 0.25)  # the pods got four times faster
     assert m.estimate(10_000) == pytest.approx(0.25, rel=0.05)
+
+
+def test_prefill_work_is_priced_like_the_sum_of_its_estimates_at_any_coefficients():
+    rng = random.Random(7)
+    m = PrefillCostModel()
+    work = PrefillWork()
+    queued = [(rng.uniform(0, 80_000), rng.uniform(0, 40_000)) for _ in range(25)]
+    for u, c in queued:
+        work.add(u, c)
+    for u, c in queued[:5]:
+        work.add(u, c, -1.0)
+    left = queued[5:]
+    assert m.price(work) == pytest.approx(sum(m.estimate(u, c) for u, c in left), rel=1e-9)
+    for _ in range(40):  # the model learns: the same work now costs what it says now
+        u = rng.uniform(1_000, 60_000)
+        m.observe(u, 0.0, 0.4 * m.estimate(u))
+    assert m.price(work) == pytest.approx(sum(m.estimate(u, c) for u, c in left), rel=1e-9)
+    work.clear()
+    assert m.price(work) == 0.0

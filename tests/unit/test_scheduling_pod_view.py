@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.gateway.scheduling.pod_view import PodView
+from services.gateway.scheduling.pod_view import COLD_OBSERVATIONS, PodView
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
 
@@ -177,17 +177,67 @@ def test_candidates_carry_in_flight_counts_and_the_tightest_tpot_slo():
 # --- backlog, protected decodes, the cost model, the change hook ---------------------------
 def test_backlog_is_the_estimated_prefill_of_requests_without_a_first_token():
     v = view(rec("a"))
-    e1, e2 = v.cost.estimate(1000, 500), v.cost.estimate(3000, 0)  # fixed at dispatch
+    e1, e2 = v.cost.estimate(1000, 500), v.cost.estimate(3000, 0)  # the prior's prices
     v.on_dispatch("r1", "a", 1000, 10, 100.0, cached_tokens=500)
     v.on_dispatch("r2", "a", 3000, 10, 100.0)
     (c,) = v.candidates(MODEL, 100.0)
     assert c.backlog_s == pytest.approx(e1 + e2)
     v.on_first_token("r1", 100.2)  # r1 went to an idle pod: the model learns from it
     assert v.cost.observations == 1
-    assert v.candidates(MODEL, 100.2)[0].backlog_s == pytest.approx(e2)
+    # r2 stays in the backlog at the price the model gives it now, not at dispatch's
+    assert v.cost.estimate(3000, 0) != pytest.approx(e2)
+    assert v.candidates(MODEL, 100.2)[0].backlog_s == pytest.approx(v.cost.estimate(3000, 0))
     v.on_finish("r2")  # failed before its first token
     v.on_finish("r1")
     assert v.candidates(MODEL, 101.0)[0].backlog_s == 0.0
+
+
+def test_prices_of_a_cold_cost_model_are_revised_as_it_learns():
+    """A cold start: the prior thinks a long prompt is slow; once the model has learned the
+    pod is faster, the long prompt still queued is priced like a new request would be, so
+    the backlog and a new request's own estimate compare in one model (the routing lab's
+    rag-a cascade: priced at dispatch, a long prefill queued at the prior's 16 s stayed 16 s
+    while an idle pod's cold prefill of the same prompt was priced at the learned 9 s)."""
+    v = view(rec("a"), rec("b"))
+    v.on_dispatch("long", "a", 100_000, 10, 100.0)
+    v.on_dispatch("short", "a", 2_000, 10, 100.0, cached_tokens=40_000)
+    prior = v.cost.estimate(100_000) + v.cost.estimate(2_000, 40_000)
+    assert v.candidates(MODEL, 100.0)[0].backlog_s == pytest.approx(prior)
+    for i in range(COLD_OBSERVATIONS - 2):  # pod b shows prefills twice as fast as the prior
+        v.on_dispatch(f"t{i}", "b", 20_000 + 1000 * i, 10, 101.0 + i)
+        v.on_first_token(f"t{i}", 101.0 + i + 0.5 * v.cost.estimate(20_000 + 1000 * i))
+        v.on_finish(f"t{i}")
+    now = v.cost.estimate(100_000) + v.cost.estimate(2_000, 40_000)
+    assert now < 0.8 * prior
+    a = v.candidates(MODEL, 140.0)[0]
+    assert a.backlog_s == pytest.approx(now)
+    v.on_first_token("long", 140.0)  # only the short one is left, at today's price
+    assert v.candidates(MODEL, 140.0)[0].backlog_s == pytest.approx(v.cost.estimate(2_000, 40_000))
+    v.on_finish("short")
+    assert v.candidates(MODEL, 140.0)[0].backlog_s == 0.0
+
+
+def test_a_warm_cost_models_prices_stay_as_they_were_at_dispatch():
+    """Past COLD_OBSERVATIONS the model's coefficients still wander with every observation;
+    re-pricing every queued prefill at each wander moves all backlogs at once (measured in
+    the routing lab: more requests judged hopeless together, lower attainment), so a warm
+    model's prices are kept as they were at dispatch."""
+    v = view(rec("a"), rec("b"))
+    for i in range(COLD_OBSERVATIONS):
+        v.on_dispatch(f"w{i}", "b", 2_000 + 100 * i, 10, 100.0 + i)
+        v.on_first_token(f"w{i}", 100.0 + i + v.cost.estimate(2_000 + 100 * i))
+        v.on_finish(f"w{i}")
+    assert v.cost.observations == COLD_OBSERVATIONS
+    priced = v.cost.estimate(50_000)
+    v.on_dispatch("long", "a", 50_000, 10, 140.0)
+    for i in range(20):  # b turns out slower: the model moves
+        v.on_dispatch(f"s{i}", "b", 4_000, 10, 141.0 + i)
+        v.on_first_token(f"s{i}", 141.0 + i + 3.0 * v.cost.estimate(4_000))
+        v.on_finish(f"s{i}")
+    assert v.cost.estimate(50_000) > 1.2 * priced
+    assert v.candidates(MODEL, 170.0)[0].backlog_s == pytest.approx(priced)
+    v.on_finish("long")
+    assert v.candidates(MODEL, 170.0)[0].backlog_s == 0.0
 
 
 def test_protected_decodes_are_the_ones_within_their_ttft_slo():

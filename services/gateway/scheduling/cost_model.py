@@ -41,6 +41,29 @@ class CostModelConfig:
     max_seconds: float = 600.0  # and above this (a stalled pod) too
 
 
+@dataclass(slots=True)
+class PrefillWork:
+    """Prefills queued somewhere, as the sums of the model's terms over them (requests,
+    uncached tokens, token pairs ``u * (c + u / 2)``): :meth:`PrefillCostModel.price` turns
+    them into seconds at the model's *current* coefficients, so a backlog kept this way is
+    re-priced as the model learns instead of staying at what it was thought to cost at
+    dispatch (the estimate is linear in the coefficients)."""
+
+    requests: float = 0.0
+    tokens: float = 0.0
+    pairs: float = 0.0
+
+    def add(self, uncached: float, cached: float = 0.0, sign: float = 1.0) -> None:
+        """Add one prefill (``sign`` -1: remove it)."""
+        u = max(0.0, uncached)
+        self.requests += sign
+        self.tokens += sign * u
+        self.pairs += sign * u * (max(0.0, cached) + u / 2.0)
+
+    def clear(self) -> None:
+        self.requests = self.tokens = self.pairs = 0.0
+
+
 class PrefillCostModel:
     """Online fit of ``t(u, c)``; see the module docstring."""
 
@@ -76,6 +99,12 @@ class PrefillCostModel:
         a, b, d = self._theta
         u = max(0.0, uncached)
         return a + b * u + d * u * (max(0.0, cached) + u / 2.0)
+
+    def price(self, work: PrefillWork) -> float:
+        """Seconds to prefill all of ``work`` one after another on an idle pod: the sum of
+        :meth:`estimate` over its prefills, at the current coefficients."""
+        a, b, d = self._theta
+        return max(0.0, a * work.requests + b * work.tokens + d * work.pairs)
 
     def observe(self, uncached: float, cached: float, seconds: float) -> bool:
         """Learn from one request's measured prefill (its TTFT on an idle pod); returns

@@ -12,10 +12,18 @@ per pod, real-time counters of what it has itself dispatched:
   ``waiting``/``running`` cannot include them yet),
 - ``backlog_s``: estimated seconds of prefill queued on the pod: the sum of the idle-pod
   prefill estimates (:class:`~services.gateway.scheduling.cost_model.PrefillCostModel` of the
-  pod's hardware class, :class:`~services.gateway.scheduling.cost_model.ClassCostModels`, at
-  dispatch) of this gateway's requests that have not produced their first token, plus the
-  waiting requests the fresh scrape shows beyond those (other gateways', or older than this
-  one) at this gateway's mean estimate. It is deliberately conservative: a prefill in
+  pod's hardware class, :class:`~services.gateway.scheduling.cost_model.ClassCostModels`) of
+  this gateway's requests that have not produced their first token. A request priced at
+  dispatch by a *cold* model (fewer than ``COLD_OBSERVATIONS`` observations: the prior still
+  dominates) is re-priced at the model's current coefficients on every read (its work is kept
+  as :class:`~services.gateway.scheduling.cost_model.PrefillWork`); one priced by a warm model
+  keeps its dispatch price. Priced at dispatch only, a cold start's first, too slow estimates
+  (the prior's 16 s for a 100k-token prompt the pods prefill in 9 s) stayed in the backlog
+  while new requests were priced at the learned model, and long prompts left the pod that
+  holds their prefix for an idle one; re-priced always, the warm model's small wanders moved
+  every backlog at once (measured in the routing lab, docs/benchmarks.md "Session 10"). The
+  backlog also counts the waiting requests the fresh scrape shows beyond those (other
+  gateways', or older than this one) at this gateway's mean estimate. It is deliberately conservative: a prefill in
   progress counts in full and every queued request brings its fixed per-request cost, which
   together roughly make up for pods prefilling slower than idle while they decode (measured
   in the routing lab; docs/scheduling.md),
@@ -46,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.gateway.scheduling.cost_model import ClassCostModels, CostModel
+from services.gateway.scheduling.cost_model import ClassCostModels, CostModel, PrefillWork
 from services.gateway.scheduling.scrape_misses import ScrapeMisses
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
@@ -61,12 +69,14 @@ class _Ticket:
     decoding: bool = False
     tpot_slo_ms: float | None = None
     cached_tokens: float = 0.0
-    service_s: float = 0.0  # estimated prefill seconds (counted in the pod's backlog)
+    service_s: float = 0.0  # estimated prefill seconds at dispatch (the mean of these prices
+    # the waiting requests a scrape shows beyond this gateway's)
     ttft_slo_ms: float | None = None
     idle: bool = False  # nothing to prefill ahead at dispatch: its TTFT is its own prefill
     protected: bool = True  # met its TTFT SLO (or had none): counted while decoding
     hardware_class: str | None = None  # its pod's (which cost model it teaches)
     first_token_at: float | None = None  # when its first token arrived (the caller's clock)
+    repriced: bool = False  # priced by a cold cost model: its backlog share is re-priced
 
 
 @dataclass(slots=True)
@@ -77,9 +87,29 @@ class _InFlight:
     prefilling: int = 0
     decoding: int = 0
     slo_tickets: int = 0  # tickets carrying a TPOT SLO
-    backlog_s: float = 0.0  # estimated prefill seconds of the prefilling tickets
+    # prefilling tickets priced at dispatch by a warm cost model: their estimates, summed
+    fixed_s: float = 0.0
+    # prefilling tickets priced by a cold one (fewer than COLD_OBSERVATIONS): their work per
+    # hardware class, re-priced at the class's model now
+    work: dict[str | None, PrefillWork] = field(default_factory=dict)
     protected: int = 0  # decoding tickets that met their TTFT SLO (or had none)
     tickets: dict[str, _Ticket] = field(default_factory=dict)
+
+    def add_work(self, t: _Ticket, sign: float) -> None:
+        if t.repriced:
+            w = self.work.get(t.hardware_class)
+            if w is None:
+                w = self.work[t.hardware_class] = PrefillWork()
+            w.add(t.prefill_tokens, t.cached_tokens, sign)
+        else:
+            self.fixed_s = _clamp(self.fixed_s + sign * t.service_s)
+        if self.prefilling == 0:  # nothing queued: no float residue left behind
+            self.work.clear()
+            self.fixed_s = 0.0
+
+    def backlog_s(self, cost: CostModel) -> float:
+        """Estimated prefill seconds of the prefilling tickets (module docstring)."""
+        return self.fixed_s + sum(cost.for_class(hw).price(w) for hw, w in self.work.items())
 
     def tightest_tpot_slo(self) -> float | None:
         if not self.slo_tickets:
@@ -250,7 +280,7 @@ class PodView:
     ) -> tuple[float, int]:
         """(backlog_s, protected_decodes): this gateway's, plus what a fresh scrape shows
         beyond this gateway's own requests (see the module docstring)."""
-        backlog = fl.backlog_s if fl else 0.0
+        backlog = fl.backlog_s(self.cost) if fl else 0.0
         protected = fl.protected if fl else 0
         if self.is_stale(rec, now):
             return backlog, protected
@@ -323,13 +353,14 @@ class PodView:
             pod, u, max(0.0, max_tokens), now, False, tpot_slo_ms, c,
             self.cost.for_class(hw).estimate(u, c), ttft_slo_ms, idle, hardware_class=hw,
         )  # fmt: skip
+        t.repriced = self.cost.for_class(hw).observations < COLD_OBSERVATIONS
         self._tickets[request_id] = t
         fl.tickets[request_id] = t
         fl.requests += 1
         fl.slo_tickets += tpot_slo_ms is not None
         fl.prefilling += 1
         fl.prefill_tokens += t.prefill_tokens
-        fl.backlog_s += t.service_s
+        fl.add_work(t, 1.0)
         m = self._mean_service_s.get(hw)
         self._mean_service_s[hw] = t.service_s if m is None else m + 0.05 * (t.service_s - m)
 
@@ -345,7 +376,7 @@ class PodView:
         fl = self._inflight[t.pod]
         fl.prefilling -= 1
         fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
-        fl.backlog_s = _clamp(fl.backlog_s - t.service_s)
+        fl.add_work(t, -1.0)
         fl.decoding += 1
         fl.decode_tokens += t.max_tokens
         if now is not None:
@@ -384,7 +415,7 @@ class PodView:
         else:
             fl.prefilling -= 1
             fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
-            fl.backlog_s = _clamp(fl.backlog_s - t.service_s)
+            fl.add_work(t, -1.0)
         if fl.requests == 0:
             del self._inflight[t.pod]
         self._changed()
@@ -394,6 +425,9 @@ class PodView:
 
 
 _TPOT_ALPHA = 0.05  # EWMA step of the measured TPOT per pod (~20 requests)
+# a cost model with fewer observations than this is cold (its prior still dominates): the
+# backlog share of requests it priced is re-priced at the model's current coefficients
+COLD_OBSERVATIONS = 8
 
 
 def _clamp(x: float) -> float:
