@@ -257,6 +257,10 @@ def run(argv: list[str]) -> int:
         from bench.lab.suite_run import run_summary_cli
 
         return run_summary_cli(argv[1:])
+    if argv and argv[0] == "decisions":
+        from bench.lab.decisions import run_decisions_cli
+
+        return run_decisions_cli(argv[1:])
     if argv and argv[0] == "plot-timeline":
         from bench.lab.timeline import run_plot_cli
 

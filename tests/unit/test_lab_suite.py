@@ -495,3 +495,23 @@ def test_lab_compare_suite_at_several_seeds_writes_one_summary_per_seed(tmp_path
     assert cli(["lab", "compare", "--trace", "x", "--seeds", "1,2", "--out",
                 str(tmp_path / "tr")]) == 2  # fmt: skip
     assert "--seeds is for --suite" in capsys.readouterr().err
+
+
+def test_lab_decisions_logs_each_decision_of_a_suite_cell(tmp_path, capsys):
+    out = tmp_path / "s"
+    argv = ["lab", "compare", "--suite", "smoke", "--pods", "2", "--policies", "headroom",
+            "--loads", "1.0", "--slo", "off", "--regret-samples", "0", "--out", str(out)]  # fmt: skip
+    assert cli(argv) == 0
+    capsys.readouterr()
+    assert cli(["lab", "decisions", str(out), "smoke-chat", "1.0", "--pods", "2",
+                "--from", "3", "--to", "9"]) == 0  # fmt: skip
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [d["index"] for d in lines] == list(range(3, 9))
+    for d in lines:
+        assert d["chosen"] in {p[0] for p in d["pods"]} and len(d["pods"]) == 2
+        assert d["ttft_s"] > 0 and d["queued_s"] >= 0 and d["routed_s"] >= d["arrival_s"]
+        # the chosen pod has the best score (max-score-picker)
+        best = max(p[4] for p in d["pods"])
+        assert next(p for p in d["pods"] if p[0] == d["chosen"])[4] == best
+    assert cli(["lab", "decisions", str(out), "nope", "1.0"]) == 2
+    assert "no workload 'nope'" in capsys.readouterr().err

@@ -1,0 +1,111 @@
+"""Per-decision log of one suite cell: what the scheduler saw and chose for each request.
+
+``headroom lab decisions DIR WORKLOAD LOAD`` re-runs one (workload, load) cell of a finished
+``lab compare --suite`` directory (its prepared workloads, rates and SLOs) for one policy and
+prints one JSON line per routed request: its index, arrival and routing time, prompt tokens,
+the time it waited in the gateway's queue, its realised TTFT, the chosen pod, the scorer's
+notes and, per candidate pod, ``[name, backlog_s, service_s, protected_decodes, score]``
+(the pod view's estimates at the decision). This is how session 10 found that rag-a's loss
+was a cold start of the cost model, not the flow-control gate (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from bench.lab.config import LabConfig
+from bench.lab.run import run_lab
+from bench.lab.suite_run import Workload, rate_scale
+
+
+def cell_config(
+    suite_dir: Path, workload: str, load: float, base: LabConfig, *, slo: bool = False
+) -> LabConfig:
+    """The lab config of one cell of a suite directory (its ``workloads.partial.jsonl``);
+    ``slo``: with the workload's SLO headers."""
+    path = suite_dir / "workloads.partial.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a `lab compare --suite` directory")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    found = [r for r in rows if r["name"] == workload]
+    if not found:
+        names = ", ".join(r["name"] for r in rows)
+        raise ValueError(f"no workload {workload!r} in {path} (there: {names})")
+    w = Workload(**found[0])
+    cfg = replace(w.config(base), rate_scale=rate_scale(w, load))
+    if slo and w.slo is not None:
+        cfg = replace(cfg, slo_ttft_ms=w.slo["ttft_ms"], slo_tpot_ms=w.slo["tpot_ms"])
+    return cfg
+
+
+def _pod(c, service_s: float, score: float | None) -> list:
+    """[name, backlog_s, service_s, protected_decodes, score] of one candidate."""
+    sc = None if score is None else round(score, 4)
+    return [c.name, round(c.backlog_s, 4), round(service_s, 4), c.protected_decodes, sc]
+
+
+def decision_log(config: LabConfig, first: int = 0, last: int | None = None) -> list[dict]:
+    """Run the lab once; one dict per routed request with index in [first, last)."""
+    out: dict[int, dict] = {}
+
+    def on_decision(p, decision, now: float) -> None:
+        i = p.request.index
+        if i < first or (last is not None and i >= last):
+            return
+        rows = p.prep.rows
+        service = rows.service_s or [0.0] * len(rows.candidates)
+        chosen = decision.chosen
+        out[i] = {
+            "index": i,
+            "routed_s": round(now, 4),
+            "prompt_tokens": len(p.tokens),
+            "chosen": rows.candidates[chosen].name if chosen is not None else None,
+            "notes": {k: str(v) for k, v in decision.notes.items()},
+            "pods": [_pod(c, s, sc) for c, s, sc in zip(rows.candidates, service,
+                                                         decision.scores, strict=True)],
+        }  # fmt: skip
+
+    records: list = []
+    run_lab(config, records_out=records, on_decision=on_decision)
+    for r in records:
+        d = out.get(r.index)
+        if d is None:
+            continue
+        d["arrival_s"] = round(r.arrival_s, 4)
+        d["queued_s"] = None if r.dispatched_s is None else round(r.dispatched_s - r.arrival_s, 4)
+        d["ttft_s"] = None if r.first_token_s is None else round(r.first_token_s - r.arrival_s, 4)
+    return [out[i] for i in sorted(out)]
+
+
+def run_decisions_cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="headroom lab decisions",
+        description="Per-decision log (JSON lines) of one cell of a `lab compare --suite` "
+        "directory: the pod view's estimates per candidate and the choice.",
+    )
+    p.add_argument("dir", help="the --out directory of `headroom lab compare --suite`")
+    p.add_argument("workload")
+    p.add_argument("load", type=float)
+    p.add_argument("--policy", default="headroom")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pods", type=int, default=8)
+    p.add_argument("--slo", action="store_true", help="send the workload's SLO headers")
+    p.add_argument("--profiles", dest="profiles_path", help="scheduling profiles YAML")
+    p.add_argument("--from", dest="first", type=int, default=0, help="first request index")
+    p.add_argument("--to", dest="last", type=int, help="last request index (exclusive)")
+    args = p.parse_args(argv)
+    base = LabConfig(trace="-", pods=args.pods, streaming=True, seed=args.seed,
+                     regret_samples=0, profiles_path=args.profiles_path)  # fmt: skip
+    try:
+        cfg = cell_config(Path(args.dir), args.workload, args.load, base, slo=args.slo)
+    except (OSError, ValueError) as e:
+        print(f"headroom lab decisions: {e}", file=sys.stderr)
+        return 2
+    cfg = replace(cfg, policy=args.policy)
+    for d in decision_log(cfg, args.first, args.last):
+        print(json.dumps(d))
+    return 0
