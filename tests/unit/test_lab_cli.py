@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.lab.synthetic import traces_dir, write_mooncake_trace
+from bench.lab.synthetic import write_mooncake_trace
 from services.cli import main
 
 
@@ -61,11 +61,6 @@ def test_compare_writes_outputs(trace, tmp_path, capsys):
         (1.0, "least-request"),
     ]  # fmt: skip
     assert "| 0.5 | round-robin |" in (out / "table.md").read_text()
-
-
-def test_traces_dir_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("HEADROOM_TRACES_DIR", str(tmp_path))
-    assert traces_dir() == tmp_path
 
 
 def test_the_trace_slices_the_tests_read_are_inside_the_checkout():

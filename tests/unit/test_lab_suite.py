@@ -90,9 +90,11 @@ def test_suite_lookup():
 
 
 def test_a_missing_real_trace_says_where_to_put_it(monkeypatch, tmp_path):
+    """HEADROOM_TRACES_DIR is where the real traces are looked for (an empty one here)."""
     monkeypatch.setenv("HEADROOM_TRACES_DIR", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="HEADROOM_TRACES_DIR"):
+    with pytest.raises(FileNotFoundError, match="HEADROOM_TRACES_DIR") as e:
         materialise("train", TRAIN[-1], tmp_path)
+    assert str(e.value).startswith(str(tmp_path))
 
 
 # --- the SLO rule and the SLO-blind profiles ----------------------------------------------
