@@ -19,23 +19,20 @@ from pathlib import Path
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from bench.lab.suite_run import Workload, rate_scale
+from bench.lab.suite_run import rate_scale, read_workloads
 
 
 def cell_config(
     suite_dir: Path, workload: str, load: float, base: LabConfig, *, slo: bool = False
 ) -> LabConfig:
-    """The lab config of one cell of a suite directory (its ``workloads.partial.jsonl``);
+    """The lab config of one cell of a suite directory (its prepared workloads);
     ``slo``: with the workload's SLO headers."""
-    path = suite_dir / "workloads.partial.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not a `lab compare --suite` directory")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
-    found = [r for r in rows if r["name"] == workload]
+    prepared = read_workloads(suite_dir)
+    found = [w for w in prepared if w.name == workload]
     if not found:
-        names = ", ".join(r["name"] for r in rows)
-        raise ValueError(f"no workload {workload!r} in {path} (there: {names})")
-    w = Workload(**found[0])
+        names = ", ".join(w.name for w in prepared)
+        raise ValueError(f"no workload {workload!r} in {suite_dir} (there: {names})")
+    w = found[0]
     cfg = replace(w.config(base), rate_scale=rate_scale(w, load))
     if slo and w.slo is not None:
         cfg = replace(cfg, slo_ttft_ms=w.slo["ttft_ms"], slo_tpot_ms=w.slo["tpot_ms"])

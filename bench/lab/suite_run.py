@@ -376,6 +376,17 @@ def write_outputs(
     return [*paths, out_dir / "seeds.json", out_dir / "seeds.md"]
 
 
+def read_workloads(out_dir: Path) -> list[Workload]:
+    """The prepared workloads a ``lab compare --suite`` run wrote to ``out_dir`` (rates,
+    SLOs, floors: its ``workloads.partial.jsonl``)."""
+    import json
+
+    path = out_dir / "workloads.partial.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the prepared workloads are missing")
+    return [Workload(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
 def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = None) -> list[Path]:
     """Re-write the summary of a suite directory from what its runs left: ``results.json``
     (a finished suite) or else ``results.partial.jsonl`` (one cut short), and the prepared
@@ -395,16 +406,13 @@ def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = 
         results = [json.loads(line) for line in partial.read_text().splitlines() if line]
     if not results:
         raise ValueError(f"{out_dir}: no finished runs")
-    wpath = out_dir / "workloads.partial.jsonl"
-    if not wpath.is_file():
-        raise FileNotFoundError(f"{wpath}: the prepared workloads are missing")
+    prepared = read_workloads(out_dir)
     ran = {r["workload"] for r in results}
-    rows = [json.loads(line) for line in wpath.read_text().splitlines() if line]
     first = results[0]
     base = LabConfig(trace="-", pods=first["pods"], profile=first["profile"],
                      vllm_args=first.get("vllm_args"), seed=first["seed"],
                      streaming=first["streaming"])  # fmt: skip
-    workloads = [with_floor(Workload(**w), base) for w in rows if w["name"] in ran]
+    workloads = [with_floor(w, base) for w in prepared if w.name in ran]
     order = {w.name: i for i, w in enumerate(workloads)}
     results = sorted(results, key=lambda r: order.get(r["workload"], len(order)))
     meta: dict = {}

@@ -82,5 +82,4 @@ def test_prefill_work_is_priced_like_the_sum_of_its_estimates_at_any_coefficient
         u = rng.uniform(1_000, 60_000)
         m.observe(u, 0.0, 0.4 * m.estimate(u))
     assert m.price(work) == pytest.approx(sum(m.estimate(u, c) for u, c in left), rel=1e-9)
-    work.clear()
-    assert m.price(work) == 0.0
+    assert m.price(PrefillWork()) == 0.0

@@ -60,9 +60,6 @@ class PrefillWork:
         self.tokens += sign * u
         self.pairs += sign * u * (max(0.0, cached) + u / 2.0)
 
-    def clear(self) -> None:
-        self.requests = self.tokens = self.pairs = 0.0
-
 
 class PrefillCostModel:
     """Online fit of ``t(u, c)``; see the module docstring."""

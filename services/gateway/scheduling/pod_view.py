@@ -23,9 +23,9 @@ per pod, real-time counters of what it has itself dispatched:
   holds their prefix for an idle one; re-priced always, the warm model's small wanders moved
   every backlog at once (measured in the routing lab, docs/benchmarks.md "Session 10"). The
   backlog also counts the waiting requests the fresh scrape shows beyond those (other
-  gateways', or older than this one) at this gateway's mean estimate. It is deliberately conservative: a prefill in
-  progress counts in full and every queued request brings its fixed per-request cost, which
-  together roughly make up for pods prefilling slower than idle while they decode (measured
+  gateways', or older than this one) at this gateway's mean estimate. It is deliberately
+  conservative: a prefill in progress counts in full and every queued request brings its
+  fixed per-request cost, which together roughly make up for pods prefilling slower than idle while they decode (measured
   in the routing lab; docs/scheduling.md),
 - ``protected_decodes``: decoding requests still worth protecting: this gateway's that met
   their TTFT SLO (every one when it had none), plus the running requests the fresh scrape
@@ -349,11 +349,12 @@ class PodView:
         idle = fl.prefilling == 0 and (rec is None or rec.waiting <= 0 or self.is_stale(rec, now))
         u, c = max(0.0, prefill_tokens), max(0.0, cached_tokens)
         hw = rec.hardware_class if rec is not None else None
+        model = self.cost.for_class(hw)
         t = _Ticket(
-            pod, u, max(0.0, max_tokens), now, False, tpot_slo_ms, c,
-            self.cost.for_class(hw).estimate(u, c), ttft_slo_ms, idle, hardware_class=hw,
+            pod, u, max(0.0, max_tokens), now, False, tpot_slo_ms, c, model.estimate(u, c),
+            ttft_slo_ms, idle, hardware_class=hw,
+            repriced=model.observations < COLD_OBSERVATIONS,
         )  # fmt: skip
-        t.repriced = self.cost.for_class(hw).observations < COLD_OBSERVATIONS
         self._tickets[request_id] = t
         fl.tickets[request_id] = t
         fl.requests += 1
