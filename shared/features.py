@@ -16,8 +16,8 @@ of a schema-3 row and a v2 model the first eighteen: models of every schema are 
 The v2 columns are what the gateway's analytic view already estimates (pure arithmetic on
 state it holds, no extra I/O): the decode budget, the estimated prefill seconds queued
 ahead of the request on the pod (``backlog``), the cost model's own prefill estimate for
-the request there (``service``), their sum (the analytic TTFT), the decoding requests a
-prefill there would slow (``protected_decodes``), the decode batch the request joins and
+the request there (``service``), their sum (the analytic TTFT), the decoding and queued
+requests a prefill there would slow (``protected_decodes``), the decode batch the request joins and
 the requests this gateway's flow-control queue holds (they reach the pods within the
 request's lifetime: the near future).
 

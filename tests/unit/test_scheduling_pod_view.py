@@ -254,10 +254,35 @@ def test_protected_decodes_are_the_ones_within_their_ttft_slo():
     v.on_finish("slow")
     assert v.candidates(MODEL, 106.0)[0].protected_decodes == 1
     v.on_first_token("x")  # unknown ids are ignored
-    # without a time the SLO cannot be judged: counted as protected
-    v.on_dispatch("n", "a", 100, 10, 106.0, ttft_slo_ms=1)
+    # without a time the SLO cannot be judged: the expectation at dispatch stands
+    v.on_dispatch("n", "a", 100, 10, 106.0, ttft_slo_ms=1)  # its prefill alone takes longer
+    v.on_dispatch("m", "a", 100, 10, 106.0, ttft_slo_ms=5_000)
     v.on_first_token("n")
+    v.on_first_token("m")
     assert v.candidates(MODEL, 106.0)[0].protected_decodes == 2
+
+
+def test_prefills_queued_ahead_count_as_protected_decodes():
+    """A request queued on a pod decodes while a prefill sent after it runs, so a new
+    prefill slows it too (the routing lab's mooncake-h1 TPOT tail: a short request and a
+    50k-token prompt released together to one pod, the short one's few tokens each waiting
+    for a chunk of the long prefill). Counted unless it is expected to miss its TTFT SLO
+    (the estimated backlog ahead of it plus its own prefill exceed it): a sacrificed
+    request is not worth protecting."""
+    v = view(rec("a"))
+    v.on_dispatch("free", "a", 1_000, 10, 100.0)  # no SLO: always worth protecting
+    v.on_dispatch("ok", "a", 1_000, 10, 100.0, ttft_slo_ms=5_000)
+    v.on_dispatch("late", "a", 1_000, 10, 100.0, ttft_slo_ms=1)  # cannot make 1 ms
+    assert v.candidates(MODEL, 100.0)[0].protected_decodes == 2
+    v.on_first_token("free", 100.1)  # decoding now: still counted, once
+    assert v.candidates(MODEL, 100.1)[0].protected_decodes == 2
+    v.on_finish("ok")  # failed before its first token
+    assert v.candidates(MODEL, 100.2)[0].protected_decodes == 1
+    v.on_first_token("late", 100.3)  # missed its SLO as expected
+    assert v.candidates(MODEL, 100.3)[0].protected_decodes == 1
+    v.on_finish("free")
+    v.on_finish("late")
+    assert v.candidates(MODEL, 101.0)[0].protected_decodes == 0
 
 
 def test_finished_requests_measure_their_pods_tpot():
@@ -311,11 +336,12 @@ def test_the_change_hook_runs_whenever_load_falls():
 
 def test_work_the_scrape_shows_beyond_our_own_counts_too():
     """Another gateway's requests (or ones older than this gateway) show only in the scrape:
-    its waiting ones add backlog at our mean estimate, its running ones protected decodes."""
+    its waiting ones add backlog at our mean estimate, and all of them are protected decodes
+    (the waiting ones decode while a prefill sent now runs)."""
     v = view(rec("a", waiting=3, running=5, scraped_at=100.0), rec("b", scraped_at=100.0))
     mean = v.cost.estimate(0)  # nothing dispatched yet: the estimate of an empty prompt
     a, b = v.candidates(MODEL, 100.5)
-    assert a.backlog_s == pytest.approx(3 * mean) and a.protected_decodes == 5
+    assert a.backlog_s == pytest.approx(3 * mean) and a.protected_decodes == 8
     assert (b.backlog_s, b.protected_decodes) == (0.0, 0)
     # our own requests that the scrape includes are not counted twice
     v.on_dispatch("r1", "b", 1000, 10, 99.0)
@@ -323,6 +349,6 @@ def test_work_the_scrape_shows_beyond_our_own_counts_too():
         rec("a", waiting=3, running=5, scraped_at=100.0), rec("b", waiting=1, scraped_at=100.0),
     ]))  # fmt: skip
     b = v.candidates(MODEL, 100.5)[1]
-    assert b.backlog_s == pytest.approx(v.cost.estimate(1000)) and b.protected_decodes == 0
+    assert b.backlog_s == pytest.approx(v.cost.estimate(1000)) and b.protected_decodes == 1
     # a stale scrape says nothing about others
     assert v.candidates(MODEL, 103.0)[0].backlog_s == 0.0

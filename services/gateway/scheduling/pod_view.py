@@ -27,9 +27,15 @@ per pod, real-time counters of what it has itself dispatched:
   conservative: a prefill in progress counts in full and every queued request brings its
   fixed per-request cost, which together roughly make up for pods prefilling slower than idle while they decode (measured
   in the routing lab; docs/scheduling.md),
-- ``protected_decodes``: decoding requests still worth protecting: this gateway's that met
-  their TTFT SLO (every one when it had none), plus the running requests the fresh scrape
-  shows beyond this gateway's.
+- ``protected_decodes``: requests a prefill sent now would slow, still worth protecting:
+  this gateway's decoding ones that met their TTFT SLO (every one when it had none), its
+  queued ones (no first token yet: they decode while a prefill sent after them runs) that
+  are expected to meet it (the backlog ahead of them at dispatch plus their own estimate
+  within it; every one without an SLO), plus the running and waiting requests the fresh
+  scrape shows beyond this gateway's. Counting the decoding ones only, a long prompt and a
+  short one released together went to one pod and the short one's tokens each waited for a
+  chunk of the long prefill (the routing lab's mooncake-h1 TPOT tail, docs/benchmarks.md
+  "Session 11").
 
 The view also trains the cost model: a request dispatched to a pod with nothing to prefill
 ahead of it reports its time to first token (``on_first_token(id, now)``) as its own prefill.
@@ -93,6 +99,7 @@ class _InFlight:
     # hardware class, re-priced at the class's model now
     work: dict[str | None, PrefillWork] = field(default_factory=dict)
     protected: int = 0  # decoding tickets that met their TTFT SLO (or had none)
+    protected_ahead: int = 0  # prefilling tickets expected to meet it (or without one)
     tickets: dict[str, _Ticket] = field(default_factory=dict)
 
     def add_work(self, t: _Ticket, sign: float) -> None:
@@ -281,7 +288,7 @@ class PodView:
         """(backlog_s, protected_decodes): this gateway's, plus what a fresh scrape shows
         beyond this gateway's own requests (see the module docstring)."""
         backlog = fl.backlog_s(self.cost) if fl else 0.0
-        protected = fl.protected if fl else 0
+        protected = (fl.protected + fl.protected_ahead) if fl else 0
         if self.is_stale(rec, now):
             return backlog, protected
         seen = (fl.requests if fl else 0) - load.unseen_requests  # ours the scrape may show
@@ -293,7 +300,7 @@ class PodView:
         mean = self._mean_service_s.get(hw)
         if mean is None:
             mean = self.cost.for_class(hw).estimate(0)
-        return backlog + waiting * mean, protected + int(others - waiting)
+        return backlog + waiting * mean, protected + int(others)
 
     def _load(self, rec: PodRecord, now: float) -> PodLoad:
         fl = self._inflight.get(rec.name) or _InFlight()
@@ -355,8 +362,11 @@ class PodView:
             ttft_slo_ms, idle, hardware_class=hw,
             repriced=model.observations < COLD_OBSERVATIONS,
         )  # fmt: skip
+        if ttft_slo_ms is not None:  # expected to meet its TTFT SLO: worth protecting
+            t.protected = (fl.backlog_s(self.cost) + t.service_s) * 1000.0 <= ttft_slo_ms
         self._tickets[request_id] = t
         fl.tickets[request_id] = t
+        fl.protected_ahead += t.protected
         fl.requests += 1
         fl.slo_tickets += tpot_slo_ms is not None
         fl.prefilling += 1
@@ -376,6 +386,7 @@ class PodView:
         t.decoding = True
         fl = self._inflight[t.pod]
         fl.prefilling -= 1
+        fl.protected_ahead -= t.protected
         fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
         fl.add_work(t, -1.0)
         fl.decoding += 1
@@ -415,6 +426,7 @@ class PodView:
             fl.protected -= t.protected
         else:
             fl.prefilling -= 1
+            fl.protected_ahead -= t.protected
             fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
             fl.add_work(t, -1.0)
         if fl.requests == 0:

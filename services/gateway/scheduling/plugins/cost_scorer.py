@@ -9,10 +9,12 @@ time. Per candidate pod ``i``:
                or the predicted TTFT, with latency: predicted and predictions present
     cost_i   = own_i + damageWeight x protected_i x service_i
 
-``protected_i`` counts the requests decoding on the pod that are still worth protecting
-(they met their TTFT SLO, or had none). A request with a TTFT SLO that no pod can meet any
-more (``min own + time already queued > SLO``) is *hopeless*: its own SLO is lost wherever
-it goes, so with ``sacrificeHopeless`` it goes where it harms the fewest protected decodes:
+``protected_i`` counts the requests on the pod that will decode while this prefill runs and
+are still worth protecting: decoding ones that met their TTFT SLO (or had none) and queued
+ones expected to meet it (the pod view's ``protected_decodes``). A request with a TTFT SLO
+that no pod can meet any more (``min own + time already queued > SLO``) is *hopeless*: its
+own SLO is lost wherever it goes, so with ``sacrificeHopeless`` it goes where it harms the
+fewest protected decodes:
 
     cost_i   = protected_i x service_i + hopelessLatencyWeight x own_i
 
