@@ -31,11 +31,12 @@ per pod, real-time counters of what it has itself dispatched:
   this gateway's decoding ones that met their TTFT SLO (every one when it had none), its
   queued ones (no first token yet: they decode while a prefill sent after them runs) that
   are expected to meet it (the backlog ahead of them at dispatch plus their own estimate
-  within it; every one without an SLO), plus the running and waiting requests the fresh
-  scrape shows beyond this gateway's. Counting the decoding ones only, a long prompt and a
-  short one released together went to one pod and the short one's tokens each waited for a
-  chunk of the long prefill (the routing lab's mooncake-h1 TPOT tail, docs/benchmarks.md
-  "Session 11").
+  within it; every one without an SLO), plus the running requests the fresh scrape shows
+  beyond this gateway's (its waiting ones as well: one failing check more in the routing
+  lab, aggregates equal). Counting the decoding ones only, a long prompt and a short one
+  released together went to one pod and the short one's tokens each waited for a chunk of
+  the long prefill (the routing lab's mooncake-h1 TPOT tail, docs/benchmarks.md "Session
+  11").
 
 The view also trains the cost model: a request dispatched to a pod with nothing to prefill
 ahead of it reports its time to first token (``on_first_token(id, now)``) as its own prefill.
@@ -300,7 +301,7 @@ class PodView:
         mean = self._mean_service_s.get(hw)
         if mean is None:
             mean = self.cost.for_class(hw).estimate(0)
-        return backlog + waiting * mean, protected + int(others)
+        return backlog + waiting * mean, protected + int(others - waiting)
 
     def _load(self, rec: PodRecord, now: float) -> PodLoad:
         fl = self._inflight.get(rec.name) or _InFlight()
