@@ -17,9 +17,9 @@ The v2 columns are what the gateway's analytic view already estimates (pure arit
 state it holds, no extra I/O): the decode budget, the estimated prefill seconds queued
 ahead of the request on the pod (``backlog``), the cost model's own prefill estimate for
 the request there (``service``), their sum (the analytic TTFT), the decoding and queued
-requests a prefill there would slow (``protected_decodes``), the decode batch the request joins and
-the requests this gateway's flow-control queue holds (they reach the pods within the
-request's lifetime: the near future).
+requests a prefill there would slow (``protected_decodes``), the decode batch the request
+joins and the requests this gateway's flow-control queue holds (they reach the pods within
+the request's lifetime: the near future).
 
 The v3 column is the pod's hardware class (``PodRecord.hardware_class``: the pod's metric or
 Kubernetes label) as a stable code (:func:`hardware_class_code`: the same on every gateway

@@ -99,8 +99,9 @@ class _InFlight:
     # prefilling tickets priced by a cold one (fewer than COLD_OBSERVATIONS): their work per
     # hardware class, re-priced at the class's model now
     work: dict[str | None, PrefillWork] = field(default_factory=dict)
-    protected: int = 0  # decoding tickets that met their TTFT SLO (or had none)
-    protected_ahead: int = 0  # prefilling tickets expected to meet it (or without one)
+    # tickets worth protecting: decoding ones that met their TTFT SLO, prefilling ones
+    # expected to meet it (every one without an SLO)
+    protected: int = 0
     tickets: dict[str, _Ticket] = field(default_factory=dict)
 
     def add_work(self, t: _Ticket, sign: float) -> None:
@@ -289,7 +290,7 @@ class PodView:
         """(backlog_s, protected_decodes): this gateway's, plus what a fresh scrape shows
         beyond this gateway's own requests (see the module docstring)."""
         backlog = fl.backlog_s(self.cost) if fl else 0.0
-        protected = (fl.protected + fl.protected_ahead) if fl else 0
+        protected = fl.protected if fl else 0
         if self.is_stale(rec, now):
             return backlog, protected
         seen = (fl.requests if fl else 0) - load.unseen_requests  # ours the scrape may show
@@ -367,7 +368,7 @@ class PodView:
             t.protected = (fl.backlog_s(self.cost) + t.service_s) * 1000.0 <= ttft_slo_ms
         self._tickets[request_id] = t
         fl.tickets[request_id] = t
-        fl.protected_ahead += t.protected
+        fl.protected += t.protected
         fl.requests += 1
         fl.slo_tickets += tpot_slo_ms is not None
         fl.prefilling += 1
@@ -387,7 +388,7 @@ class PodView:
         t.decoding = True
         fl = self._inflight[t.pod]
         fl.prefilling -= 1
-        fl.protected_ahead -= t.protected
+        fl.protected -= t.protected  # judged again by the TTFT it got (below)
         fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
         fl.add_work(t, -1.0)
         fl.decoding += 1
@@ -419,15 +420,14 @@ class PodView:
             self._tpot_s[t.pod] = tpot if m is None else m + _TPOT_ALPHA * (tpot - m)
         fl = self._inflight[t.pod]
         del fl.tickets[request_id]
+        fl.protected -= t.protected
         fl.requests -= 1
         fl.slo_tickets -= t.tpot_slo_ms is not None
         if t.decoding:
             fl.decoding -= 1
             fl.decode_tokens = _clamp(fl.decode_tokens - t.max_tokens)
-            fl.protected -= t.protected
         else:
             fl.prefilling -= 1
-            fl.protected_ahead -= t.protected
             fl.prefill_tokens = _clamp(fl.prefill_tokens - t.prefill_tokens)
             fl.add_work(t, -1.0)
         if fl.requests == 0:
