@@ -43,7 +43,8 @@ class PromptHashes:
 
 
 class Fork:
-    """A copy of a pod's driver that waits for the first token of request ``rid``.
+    """A copy of a pod's driver that waits for the first token of request ``rid``
+    (``noise=False``: a fork that draws no noise of its own, ``Engine.fork``).
 
     :meth:`submit` queues a request at ``now`` (the fork is advanced to ``now`` first);
     once ``rid`` was submitted (:attr:`submitted_at`), :meth:`advance` stops at its first
@@ -51,8 +52,8 @@ class Fork:
 
     __slots__ = ("first_token_s", "rid", "submitted_at", "vpod")
 
-    def __init__(self, driver: VirtualPod, rid: str) -> None:
-        self.vpod: VirtualPod | None = driver.fork()
+    def __init__(self, driver: VirtualPod, rid: str, *, noise: bool = True) -> None:
+        self.vpod: VirtualPod | None = driver.fork(noise=noise)
         self.rid = rid
         self.submitted_at: float | None = None
         self.first_token_s: float | None = None

@@ -10,7 +10,13 @@ token. The request goes to the pod where that TTFT is least (ties: the lowest po
 a pod whose engine refuses the prompt is not a candidate. With no later arrival on the
 chosen pod before the first token, the real TTFT equals its fork's (tested).
 
-It reads no SLO headers and no predictions: the engines themselves, perfectly. It is greedy,
+It reads no SLO headers and no predictions: the engines themselves, perfectly, including
+the noise they will draw (the forks carry the noise generator's state: the API overhead's
+22% log-normal spread on the H100 profile, the step-time jitter). No router can know that
+noise, so ``oracle-ttft-blind`` forks without it (every later draw at its mean-one value,
+:meth:`services.simulator.engine.Engine.fork`): it knows the engines' state, including the
+step in progress and the requests on their way, but not their luck; its choices are
+ranked on what the state implies, which is what a router could at best estimate. It is greedy,
 not optimal: each decision minimises that request's TTFT and ignores what it does to the
 requests after it (the decode steps it slows down, the pod it fills for the next burst; on
 multi-turn traffic sharing a system prompt a pod with a cold prefix cache may never look
@@ -34,8 +40,12 @@ from bench.lab.fork import INF, Fork, PromptHashes
 from services.simulator.virtual_pod import VirtualPod
 
 ORACLE_TTFT = "oracle-ttft"
+ORACLE_TTFT_BLIND = "oracle-ttft-blind"
 # lab-only reference policies -> the shipped profile whose cycle gives them their candidates
-REFERENCE_POLICIES: dict[str, str] = {ORACLE_TTFT: "least-request"}
+REFERENCE_POLICIES: dict[str, str] = {
+    ORACLE_TTFT: "least-request",
+    ORACLE_TTFT_BLIND: "least-request",
+}
 ORACLE_PATH = "oracle"  # the decisions' routing path in the lab's report
 
 
@@ -81,10 +91,21 @@ class InFlight:
     max_tokens: int
 
 
-class TtftOracle:
-    """Plays each decision on forks of every candidate (module docstring) and keeps count."""
+def oracle_for(policy: str) -> TtftOracle | None:
+    """The oracle that ranks for ``policy`` (None for a product policy)."""
+    if policy == ORACLE_TTFT:
+        return TtftOracle()
+    if policy == ORACLE_TTFT_BLIND:
+        return TtftOracle(foresight=False)
+    return None
 
-    def __init__(self) -> None:
+
+class TtftOracle:
+    """Plays each decision on forks of every candidate (module docstring) and keeps count;
+    ``foresight=False``: forks that draw no noise (the noise-blind oracle)."""
+
+    def __init__(self, *, foresight: bool = True) -> None:
+        self.foresight = foresight
         self.decisions = 0
         self.forks = 0
         self.wall_s = 0.0
@@ -106,7 +127,7 @@ class TtftOracle:
         hashes = PromptHashes()
         out: list[float | None] = []
         for driver, flying in zip(pods, in_flight, strict=True):
-            fork = Fork(driver, rid)
+            fork = Fork(driver, rid, noise=self.foresight)
             later = [f for f in flying if f.at > at]
             for f in flying:
                 if f.at <= at:
@@ -133,6 +154,7 @@ class TtftOracle:
     def summary(self) -> dict:
         n = self.decisions
         return {
+            "foresight": self.foresight,
             "decisions": n,
             "forks": self.forks,
             "wall_s": round(self.wall_s, 3),

@@ -18,7 +18,8 @@ Every piece is the production code, driven by a virtual clock:
   rows were built, as in the gateway, where requests arriving during the prediction call see
   the same loads;
 - trainer and predictor: :class:`bench.lab.learning.OnlineLearner`;
-- the lab-only reference policy ``oracle-ttft`` (:mod:`bench.lab.oracle`): the cycle of its
+- the lab-only reference policies ``oracle-ttft`` and ``oracle-ttft-blind``
+  (:mod:`bench.lab.oracle`): the cycle of their
   base profile runs, then the greedy TTFT oracle ranks the candidates by forking them.
 
 At equal times, step ends are handled first, then scrapes, model installs and refit checks,
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from bench.lab.learning import OnlineLearner
-from bench.lab.oracle import ORACLE_PATH, ORACLE_TTFT, InFlight, TtftOracle, routing_profile
+from bench.lab.oracle import ORACLE_PATH, InFlight, oracle_for, routing_profile
 from bench.lab.regret import RegretProbe
 from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
 from bench.traces import TraceRequest
@@ -135,7 +136,7 @@ class LabSimulation:
         # bench/lab/oracle.py); the greedy TTFT oracle then replaces its ranking
         self.route_profile = routing_profile(policy)
         self.schedulers = {self.route_profile: scheduling.scheduler(self.route_profile)}
-        self.oracle = TtftOracle() if policy == ORACLE_TTFT else None
+        self.oracle = oracle_for(policy)
         self.view = PodView.from_settings(gateway)
         self.index = PrefixIndex(
             gateway.prefix_block_tokens,

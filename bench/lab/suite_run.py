@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.lab.characterise import characterise
 from bench.lab.compare import check_ladder
 from bench.lab.config import LabConfig
-from bench.lab.oracle import ORACLE_TTFT
+from bench.lab.oracle import REFERENCE_POLICIES
 from bench.lab.report import summarize
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import estimate_saturation
@@ -43,7 +43,14 @@ from shared.tokenizer import synth_tokens
 # profiles whose decisions SLO headers do not change (fenced by a test); the greedy TTFT
 # oracle (bench/lab/oracle.py) reads the engines, not the headers
 SLO_BLIND = frozenset(
-    {"round-robin", "least-request", "gie-default", "prefix-aware", "cache-aware", ORACLE_TTFT}
+    {
+        "round-robin",
+        "least-request",
+        "gie-default",
+        "prefix-aware",
+        "cache-aware",
+        *REFERENCE_POLICIES,
+    }
 )
 SLO_MODES = ("both", "on", "off")
 

@@ -30,7 +30,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from services.simulator.kv_cache import BlockPool
 from services.simulator.profiles import Profile
@@ -176,15 +176,19 @@ class Engine:
         self._computed = self._discarded = 0
         self._last_end: float | None = None  # end of the last step that ran the model
 
-    def fork(self) -> Engine:
+    def fork(self, *, noise: bool = True) -> Engine:
         """An independent copy of the whole engine state (requests, KV blocks and prefix
         cache, counters, the noise generator's state): stepping either never changes the
-        other, and both step identically given the same calls. Cheaper than ``deepcopy``:
+        other, and both step identically given the same calls. With ``noise=False`` the
+        copy draws no noise from then on (its profile's ``jitter`` and ``api_jitter`` set to
+        0: every later step and API overhead at its mean-one value; what was drawn already,
+        the ready times of submitted requests, stays): a copy that knows the state but not
+        the noise the original will draw (the lab's noise-blind oracle). Cheaper than ``deepcopy``:
         prompts and output token lists, never mutated after submit, are shared; everything
         mutable is copied (the routing lab forks pods to replay a decision on every
         candidate, bench/lab/regret.py)."""
         new = Engine.__new__(Engine)
-        new.profile = self.profile
+        new.profile = self.profile if noise else replace(self.profile, jitter=0.0, api_jitter=0.0)
         new.pool = self.pool.fork()
         new._rng = random.Random()
         new._rng.setstate(self._rng.getstate())

@@ -22,9 +22,10 @@ class VirtualPod:
         self.step_end = INF  # when the step in progress ends (INF: none)
         self._out: StepOutcome | None = None
 
-    def fork(self) -> VirtualPod:
-        """An independent copy: the engine forked, the step in progress (if any) kept."""
-        new = VirtualPod(self.engine.fork())
+    def fork(self, *, noise: bool = True) -> VirtualPod:
+        """An independent copy: the engine forked (``noise``: see
+        :meth:`services.simulator.engine.Engine.fork`), the step in progress (if any) kept."""
+        new = VirtualPod(self.engine.fork(noise=noise))
         new.step_end, new._out = self.step_end, self._out  # StepOutcome is immutable
         return new
 

@@ -12,6 +12,7 @@ from bench.lab.config import DEFAULT_MODEL, LabConfig
 from bench.lab.oracle import (
     ORACLE_PATH,
     ORACLE_TTFT,
+    ORACLE_TTFT_BLIND,
     InFlight,
     TtftOracle,
     is_reference,
@@ -181,4 +182,33 @@ def test_lab_run_compare_and_suite_take_the_oracle(tmp_path):
     s = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert ORACLE_TTFT in s["policies"] and ORACLE_TTFT not in s["done_means_1"]["baselines"]
     md = (tmp_path / "s" / "summary.md").read_text()
-    assert f"| {ORACLE_TTFT} (reference) |" in md and f"{ORACLE_TTFT} TTFT p90 / gie-default" in md
+    assert f"| {ORACLE_TTFT} (reference) |" in md and "greedy oracle TTFT p90 / gie-default" in md
+
+
+def test_the_noise_blind_oracle_forecasts_the_state_not_the_luck():
+    """oracle-ttft-blind forks without noise: its forecast does not depend on the pods'
+    generator states (the clairvoyant one's does), and it is a reference policy like the
+    other, SLO-blind, with the same base profile."""
+
+    def pods(noise_seed: int) -> list[VirtualPod]:
+        out = [loaded_pod(1, 2), loaded_pod(2, 1), loaded_pod(3, 0)]
+        for p in out:
+            p.engine._rng.seed(noise_seed)
+        return out
+
+    blind = TtftOracle(foresight=False)
+    seer = TtftOracle()
+    args = ("r", toks(900, 5), 8, 0.002, [(), (), ()])
+    assert blind.ttfts(pods(1), *args) == blind.ttfts(pods(2), *args)
+    assert seer.ttfts(pods(1), *args) != seer.ttfts(pods(2), *args)
+    assert blind.summary()["foresight"] is False and seer.summary()["foresight"] is True
+    assert is_reference(ORACLE_TTFT_BLIND) and ORACLE_TTFT_BLIND in SLO_BLIND
+    assert routing_profile(ORACLE_TTFT_BLIND) == routing_profile(ORACLE_TTFT)
+    assert ORACLE_TTFT_BLIND not in load_config().profiles
+
+
+def test_the_lab_runs_the_noise_blind_oracle(tmp_path):
+    path = write_mooncake_trace(tmp_path / "m.jsonl", 30, rate_rps=8.0)
+    r = run_lab(LabConfig(trace=str(path), policy=ORACLE_TTFT_BLIND, pods=2, regret_samples=0))
+    assert r["policy"] == ORACLE_TTFT_BLIND and r["routing"] == {ORACLE_PATH: 30}
+    assert r["oracle"]["foresight"] is False and r["oracle"]["forks"] == 60

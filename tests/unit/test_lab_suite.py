@@ -318,8 +318,26 @@ def test_a_lead_the_greedy_oracle_does_not_reach_says_so():
     assert "1 of them not passed by the greedy TTFT oracle either" in md and why in md
     # per cell: the oracle's TTFT p90 over gie-default's, only when the oracle ran
     vs = versus_markdown(s["cells"])
-    assert "oracle-ttft TTFT p90 / gie-default |" in vs and vs.splitlines()[2].endswith(" 0.80 |")
-    assert "oracle-ttft" not in versus_markdown(cells(rs))
+    assert "greedy oracle TTFT p90 / gie-default |" in vs and vs.splitlines()[2].endswith(" 0.80 |")
+    assert "greedy oracle" not in versus_markdown(cells(rs))
+
+
+def test_the_best_oracle_that_ran_speaks_for_the_cell():
+    """Both greedy oracles ran: the lead check reads the one with the least TTFT p90; only
+    the noise-blind one ran: it speaks alone; neither is ever a baseline."""
+    rs = [report("c", 1.0, "gie-default", 100.0), report("c", 1.0, "headroom", 90.0),
+          report("c", 1.0, "gie-default", 100.0, att=0.995, headers=True),
+          report("c", 1.0, "headroom", 90.0, att=1.0, headers=True)]  # fmt: skip
+
+    def blind(ttft90: float) -> list[dict]:
+        return [{**r, "policy": "oracle-ttft-blind"} for r in with_oracle(ttft90, workload="c")]
+
+    [f] = done_means_1(cells(rs + with_oracle(65.0, workload="c") + blind(80.0)))["failures"]
+    assert f["oracle"] is None and f["oracle_ratio"] == 0.65
+    [f] = done_means_1(cells(rs + with_oracle(85.0, workload="c") + blind(80.0)))["failures"]
+    assert f["oracle_ratio"] == 0.8 and f["oracle"].startswith("not reached by the greedy")
+    dm = done_means_1(cells(rs + blind(75.0)), baselines=["gie-default", "oracle-ttft-blind"])
+    assert dm["baselines"] == ["gie-default"] and dm["failures"][0]["oracle_ratio"] == 0.75
 
 
 def test_summary_markdown_names_the_failures():

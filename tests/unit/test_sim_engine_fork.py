@@ -95,3 +95,24 @@ def test_fork_independence_property(steps, seed, extra):
         f.audit()
     assert fingerprint(e) == before
     e.audit()
+
+
+def test_a_noise_blind_fork_keeps_the_state_but_draws_no_noise():
+    """fork(noise=False): the same requests, blocks and ready times, but every later step and
+    API overhead at its mean-one value, whatever the generator's state (the lab's noise-blind
+    oracle); the original keeps its noise."""
+    e, now = busy_engine(12)
+    a, b = e.fork(noise=False), e.fork(noise=False)
+    b._rng.seed(12345)  # another generator state: no effect without noise
+    assert fingerprint(a) == fingerprint(e)
+    assert a.profile.jitter == 0.0 and a.profile.api_jitter == 0.0
+    assert e.profile.jitter > 0.0 and e.profile.api_jitter > 0.0
+    assert trace(a, now) == trace(b, now)
+    noisy = trace(e.fork(), now)
+    assert [d for _, d, _, _ in noisy] != [d for _, d, _, _ in trace(e.fork(noise=False), now)]
+    # the step durations of a blind fork are the profile's noiseless ones
+    c = e.fork(noise=False)
+    out = c.step(now)
+    quiet = e.fork()
+    quiet.profile = SMALL.with_overrides(jitter=0.0, api_jitter=0.0)
+    assert quiet.step(now).duration_s == out.duration_s
