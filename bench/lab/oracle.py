@@ -16,7 +16,12 @@ the noise they will draw (the forks carry the noise generator's state: the API o
 noise, so ``oracle-ttft-blind`` forks without it (every later draw at its mean-one value,
 :meth:`services.simulator.engine.Engine.fork`): it knows the engines' state, including the
 step in progress and the requests on their way, but not their luck; its choices are
-ranked on what the state implies, which is what a router could at best estimate. It is greedy,
+ranked on what the state implies, which is what a router could at best estimate.
+``oracle-predicted`` is not greedy: it runs the ``headroom-learned`` profile whole (flow
+control, the latency-cost-scorer's damage term and hopeless rule, SLO headers read) with the
+noise-blind oracle's TTFTs in place of the learned TTFT predictions (TPOT: the learner's, when
+it has a model; else the pod's measured TPOT): what perfect TTFT predictions would buy the
+shipped cost, the bound on what better MAPE can win (issue 15). It is greedy,
 not optimal: each decision minimises that request's TTFT and ignores what it does to the
 requests after it (the decode steps it slows down, the pod it fills for the next burst; on
 multi-turn traffic sharing a system prompt a pod with a cold prefix cache may never look
@@ -41,11 +46,16 @@ from services.simulator.virtual_pod import VirtualPod
 
 ORACLE_TTFT = "oracle-ttft"
 ORACLE_TTFT_BLIND = "oracle-ttft-blind"
+ORACLE_PREDICTED = "oracle-predicted"
 # lab-only reference policies -> the shipped profile whose cycle gives them their candidates
+# (oracle-predicted: whose cycle ranks, on the noise-blind oracle's TTFTs as predictions)
 REFERENCE_POLICIES: dict[str, str] = {
     ORACLE_TTFT: "least-request",
     ORACLE_TTFT_BLIND: "least-request",
+    ORACLE_PREDICTED: "headroom-learned",
 }
+# the greedy TTFT oracles: the ones that rank the pods themselves
+GREEDY_ORACLES = (ORACLE_TTFT, ORACLE_TTFT_BLIND)
 ORACLE_PATH = "oracle"  # the decisions' routing path in the lab's report
 
 
@@ -92,20 +102,24 @@ class InFlight:
 
 
 def oracle_for(policy: str) -> TtftOracle | None:
-    """The oracle that ranks for ``policy`` (None for a product policy)."""
+    """The oracle of reference policy ``policy`` (None for a product policy)."""
     if policy == ORACLE_TTFT:
         return TtftOracle()
     if policy == ORACLE_TTFT_BLIND:
         return TtftOracle(foresight=False)
+    if policy == ORACLE_PREDICTED:
+        return TtftOracle(foresight=False, ranks=False)
     return None
 
 
 class TtftOracle:
     """Plays each decision on forks of every candidate (module docstring) and keeps count;
-    ``foresight=False``: forks that draw no noise (the noise-blind oracle)."""
+    ``foresight=False``: forks that draw no noise (the noise-blind oracle); ``ranks=False``:
+    its TTFTs are the predictions of the profile that ranks (``oracle-predicted``)."""
 
-    def __init__(self, *, foresight: bool = True) -> None:
+    def __init__(self, *, foresight: bool = True, ranks: bool = True) -> None:
         self.foresight = foresight
+        self.ranks = ranks
         self.decisions = 0
         self.forks = 0
         self.wall_s = 0.0
@@ -155,6 +169,7 @@ class TtftOracle:
         n = self.decisions
         return {
             "foresight": self.foresight,
+            "ranks": self.ranks,
             "decisions": n,
             "forks": self.forks,
             "wall_s": round(self.wall_s, 3),

@@ -373,9 +373,16 @@ class LabSimulation:
         if self.predict_latency_s > 0 and p.prep.scheduler.reads_predictions(p.prep.request):
             # after the prediction call: the loads as they are now (routing.refresh)
             p.prep = routing.refresh(p.prep, self.view.candidates(self.model, now))
+        oracle = self.oracle
+        if (
+            oracle is not None
+            and not oracle.ranks
+            and p.prep.scheduler.reads_predictions(p.prep.request)
+        ):
+            self._oracle_predictions(p, now)
         prep, rec, req, preds = p.prep, p.record, p.request, p.preds
         decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
-        if self.oracle is not None and decision.admitted:
+        if oracle is not None and oracle.ranks and decision.admitted:
             decision = self._oracle_decision(p, decision, now)
         rec.path = decision.path
         if self.on_decision is not None:
@@ -409,10 +416,10 @@ class LabSimulation:
         """From the dispatch to the pod's engine (HTTP and the pod's tokenizer)."""
         return self.pod_ingress_s + self.pod_ingress_s_per_token * req.input_tokens
 
-    def _oracle_decision(self, p: _Pending, decision: Decision, now: float) -> Decision:
-        """The greedy TTFT oracle's ranking (bench/lab/oracle.py): every candidate forked
-        at the moment the request would reach its engine, with the requests already on
-        their way there."""
+    def _oracle_ttfts(self, p: _Pending, now: float) -> list[float | None]:
+        """The oracle's TTFT (from reaching the engine) of ``p`` on every candidate: each
+        forked at the moment the request would reach its engine, with the requests already
+        on their way there (bench/lab/oracle.py)."""
         assert self.oracle is not None
         req = p.request
         pods = [self._pod_by_name[c.name] for c in p.prep.rows.candidates]
@@ -422,10 +429,35 @@ class LabSimulation:
                 flying.setdefault(q.pod.index, []).append(
                     InFlight(t, q.rid, q.tokens, q.request.output_tokens)
                 )
-        ttfts = self.oracle.ttfts(
+        return self.oracle.ttfts(
             [q.driver for q in pods], p.rid, p.tokens, req.output_tokens,
             now + self._pod_delay(req), [flying.get(q.index, ()) for q in pods],
         )  # fmt: skip
+
+    def _oracle_predictions(self, p: _Pending, now: float) -> None:
+        """``oracle-predicted``: the noise-blind oracle's TTFTs (from now: the pod ingress
+        added) are the request's predictions; TPOT the learner's when it served some, else
+        the pod's measured TPOT (0 before one). A pod whose engine refuses the prompt keeps
+        the learner's prediction, or gets an hour."""
+        ttfts = self._oracle_ttfts(p, now)
+        delay = self._pod_delay(p.request)
+        served = p.preds
+        cands = p.prep.rows.candidates
+        preds = []
+        for i, t in enumerate(ttfts):
+            tpot = served[i].tpot_ms if served else 1000.0 * (cands[i].tpot_s or 0.0)
+            if t is None:
+                preds.append(served[i] if served else Prediction(3_600_000.0, tpot))
+            else:
+                preds.append(Prediction(1000.0 * (t + delay), tpot))
+        p.preds, p.reason, p.version = preds, None, ORACLE_PATH
+
+    def _oracle_decision(self, p: _Pending, decision: Decision, now: float) -> Decision:
+        """The greedy TTFT oracle's ranking (bench/lab/oracle.py): the least of
+        :meth:`_oracle_ttfts`."""
+        assert self.oracle is not None
+        pods = [self._pod_by_name[c.name] for c in p.prep.rows.candidates]
+        ttfts = self._oracle_ttfts(p, now)
         ranked = self.oracle.rank(ttfts, [q.index for q in pods])
         if not ranked:  # no engine takes the prompt: it fails at the base profile's pick
             return decision

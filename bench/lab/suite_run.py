@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.lab.characterise import characterise
 from bench.lab.compare import check_ladder
 from bench.lab.config import LabConfig
-from bench.lab.oracle import REFERENCE_POLICIES
+from bench.lab.oracle import GREEDY_ORACLES
 from bench.lab.report import summarize
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import estimate_saturation
@@ -49,7 +49,7 @@ SLO_BLIND = frozenset(
         "gie-default",
         "prefix-aware",
         "cache-aware",
-        *REFERENCE_POLICIES,
+        *GREEDY_ORACLES,
     }
 )
 SLO_MODES = ("both", "on", "off")

@@ -29,7 +29,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.lab.compare import fmt_cell
-from bench.lab.oracle import ORACLE_TTFT, ORACLE_TTFT_BLIND, REFERENCE_POLICIES, is_reference
+from bench.lab.oracle import (
+    GREEDY_ORACLES,
+    ORACLE_PREDICTED,
+    ORACLE_TTFT,
+    ORACLE_TTFT_BLIND,
+    is_reference,
+)
 
 LATENCY = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90")
 HIGHER_BETTER = ("attainment", "goodput")
@@ -155,7 +161,7 @@ def lead_not_reached_by_oracle(gie: dict, oracle: dict | None) -> str | None:
 def oracle_cell(row: dict[str, dict]) -> dict | None:
     """The cell of the greedy TTFT oracle with the least TTFT p90 among those that ran in
     ``row`` (a cell's policies; None: none ran)."""
-    ran = [row[p] for p in REFERENCE_POLICIES if row.get(p, {}).get("ttft_p90") is not None]
+    ran = [row[p] for p in GREEDY_ORACLES if row.get(p, {}).get("ttft_p90") is not None]
     return min(ran, key=lambda c: c["ttft_p90"]) if ran else None
 
 
@@ -454,8 +460,10 @@ def summary_markdown(s: dict) -> str:
             "(bench/lab/oracle.py): each request goes to the pod where forking every engine "
             "shows the least TTFT for it, given the requests already dispatched; "
             f"`{ORACLE_TTFT_BLIND}` (reference) the same without foreseeing the engines' "
-            "noise. Not product policies and never a baseline or the best other policy; "
-            "greedy, so not a lower bound over all routers.\n"
+            f"noise; `{ORACLE_PREDICTED}` (reference) the headroom-learned profile with the "
+            "noise-blind oracle's TTFTs as its predictions. Not product policies and never a "
+            "baseline or the best other policy; the first two are greedy, so not a lower "
+            "bound over all routers.\n"
         )
     return "\n".join([
         head, "## Workloads", "", workloads_markdown(s["workloads"]),

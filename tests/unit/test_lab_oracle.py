@@ -11,6 +11,7 @@ from bench.lab.compare import check_ladder
 from bench.lab.config import DEFAULT_MODEL, LabConfig
 from bench.lab.oracle import (
     ORACLE_PATH,
+    ORACLE_PREDICTED,
     ORACLE_TTFT,
     ORACLE_TTFT_BLIND,
     InFlight,
@@ -212,3 +213,26 @@ def test_the_lab_runs_the_noise_blind_oracle(tmp_path):
     r = run_lab(LabConfig(trace=str(path), policy=ORACLE_TTFT_BLIND, pods=2, regret_samples=0))
     assert r["policy"] == ORACLE_TTFT_BLIND and r["routing"] == {ORACLE_PATH: 30}
     assert r["oracle"]["foresight"] is False and r["oracle"]["forks"] == 60
+
+
+def test_oracle_predicted_ranks_the_headroom_learned_cost_on_the_blind_oracles_ttfts(tmp_path):
+    """oracle-predicted runs headroom-learned's cycle with the noise-blind oracle's TTFTs as
+    its predictions: the learned-cost-scorer ranks on them (path predicted), each request's
+    prediction on its pod is its fork's TTFT from the dispatch, and the realised TTFT is close
+    to it (exact where nothing dispatched later overtook it; the forks draw no noise). It
+    reads SLO headers (not SLO-blind) and is never a gateway profile."""
+    path = write_mooncake_trace(tmp_path / "m.jsonl", 120, rate_rps=12.0)
+    recs: list = []
+    r = run_lab(LabConfig(trace=str(path), policy=ORACLE_PREDICTED, pods=3, streaming=True,
+                          regret_samples=0), records_out=recs)  # fmt: skip
+    assert r["policy"] == ORACLE_PREDICTED and r["routing"].get("predicted", 0) >= 110
+    assert r["oracle"]["ranks"] is False and r["oracle"]["foresight"] is False
+    assert r["oracle"]["decisions"] >= 110
+    err = [abs(x.pod_ttft_ms - x.predicted_ttft_ms) / x.pod_ttft_ms for x in recs
+           if x.pod_ttft_ms and x.predicted_ttft_ms is not None and x.path == "predicted"]  # fmt: skip
+    assert len(err) >= 110
+    err.sort()
+    assert err[len(err) // 2] < 0.06  # median error (2% seen): the noise, later arrivals
+    assert ORACLE_PREDICTED not in SLO_BLIND and is_reference(ORACLE_PREDICTED)
+    assert routing_profile(ORACLE_PREDICTED) == "headroom-learned"
+    assert ORACLE_PREDICTED not in load_config().profiles
