@@ -7,6 +7,11 @@ the time it waited in the gateway's queue, its realised TTFT, the chosen pod, th
 notes and, per candidate pod, ``[name, backlog_s, service_s, protected_decodes, score]``
 (the pod view's estimates at the decision). This is how session 10 found that rag-a's loss
 was a cold start of the cost model, not the flow-control gate (docs/benchmarks.md).
+
+With ``--oracle`` each candidate also carries the noise-blind oracle's TTFT there (ms from
+the decision: the pod forked, bench/lab/oracle.py) and each line the decision's ``regret_ms``
+(the chosen pod's oracle TTFT minus the least); the run is the same, 10-20x slower. Session
+12 read from it how much of a cell's TTFT p90 a better per-request choice could win.
 """
 
 from __future__ import annotations
@@ -39,14 +44,28 @@ def cell_config(
     return cfg
 
 
-def _pod(c, service_s: float, score: float | None) -> list:
-    """[name, backlog_s, service_s, protected_decodes, score] of one candidate."""
+def _pod(c, service_s: float, score: float | None, oracle_ms: float | None = None) -> list:
+    """[name, backlog_s, service_s, protected_decodes, score] of one candidate (and the
+    oracle's TTFT in ms, with ``--oracle``)."""
     sc = None if score is None else round(score, 4)
-    return [c.name, round(c.backlog_s, 4), round(service_s, 4), c.protected_decodes, sc]
+    out = [c.name, round(c.backlog_s, 4), round(service_s, 4), c.protected_decodes, sc]
+    return out if oracle_ms is None else [*out, round(oracle_ms, 3)]
 
 
-def decision_log(config: LabConfig, first: int = 0, last: int | None = None) -> list[dict]:
-    """Run the lab once; one dict per routed request with index in [first, last)."""
+def regret_ms(shadow: list[float | None], chosen: int | None) -> float | None:
+    """The chosen candidate's oracle TTFT minus the least over the candidates (None when
+    the chosen one has none)."""
+    ok = [t for t in shadow if t is not None]
+    if chosen is None or shadow[chosen] is None or not ok:
+        return None
+    return round(shadow[chosen] - min(ok), 3)
+
+
+def decision_log(
+    config: LabConfig, first: int = 0, last: int | None = None, *, oracle: bool = False
+) -> list[dict]:
+    """Run the lab once; one dict per routed request with index in [first, last); with
+    ``oracle``, each candidate's noise-blind oracle TTFT and the decision's regret."""
     out: dict[int, dict] = {}
 
     def on_decision(p, decision, now: float) -> None:
@@ -56,18 +75,22 @@ def decision_log(config: LabConfig, first: int = 0, last: int | None = None) -> 
         rows = p.prep.rows
         service = rows.service_s or [0.0] * len(rows.candidates)
         chosen = decision.chosen
+        shadow = p.shadow_ms if oracle else None
+        shadow = shadow or [None] * len(rows.candidates)
         out[i] = {
             "index": i,
             "routed_s": round(now, 4),
             "prompt_tokens": len(p.tokens),
             "chosen": rows.candidates[chosen].name if chosen is not None else None,
             "notes": {k: str(v) for k, v in decision.notes.items()},
-            "pods": [_pod(c, s, sc) for c, s, sc in zip(rows.candidates, service,
-                                                         decision.scores, strict=True)],
+            "pods": [_pod(c, s, sc, o) for c, s, sc, o in zip(rows.candidates, service,
+                                                               decision.scores, shadow, strict=True)],
         }  # fmt: skip
+        if oracle:
+            out[i]["regret_ms"] = regret_ms(shadow, chosen)
 
     records: list = []
-    run_lab(config, records_out=records, on_decision=on_decision)
+    run_lab(config, records_out=records, on_decision=on_decision, shadow_oracle=oracle)
     for r in records:
         d = out.get(r.index)
         if d is None:
@@ -94,6 +117,12 @@ def run_decisions_cli(argv: list[str]) -> int:
     p.add_argument("--profiles", dest="profiles_path", help="scheduling profiles YAML")
     p.add_argument("--from", dest="first", type=int, default=0, help="first request index")
     p.add_argument("--to", dest="last", type=int, help="last request index (exclusive)")
+    p.add_argument(
+        "--oracle",
+        action="store_true",
+        help="each candidate's noise-blind "
+        "oracle TTFT (ms) and each decision's regret_ms (10-20x slower)",
+    )
     args = p.parse_args(argv)
     base = LabConfig(trace="-", pods=args.pods, streaming=True, seed=args.seed,
                      regret_samples=0, profiles_path=args.profiles_path)  # fmt: skip
@@ -103,6 +132,6 @@ def run_decisions_cli(argv: list[str]) -> int:
         print(f"headroom lab decisions: {e}", file=sys.stderr)
         return 2
     cfg = replace(cfg, policy=args.policy)
-    for d in decision_log(cfg, args.first, args.last):
+    for d in decision_log(cfg, args.first, args.last, oracle=args.oracle):
         print(json.dumps(d))
     return 0

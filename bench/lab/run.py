@@ -101,12 +101,15 @@ def run_lab(
     on_submit: Callable | None = None,
     on_decision: Callable | None = None,
     records_out: list | None = None,
+    shadow_oracle: bool = False,
 ) -> dict:
     """Run the lab once and return its report. ``trace`` (already read with the config's
     rate scale, limit and offset) and ``scheduling`` may be passed to skip re-reading them;
     ``progress(done, total)`` is called as arrivals are routed; ``on_submit`` is the
     simulation's hook (see :class:`LabSimulation`), as is ``on_decision``, and ``records_out``, when given, receives
-    the per-request records."""
+    the per-request records; ``shadow_oracle`` forks every candidate of every decision
+    for the noise-blind oracle's TTFT, for ``on_decision`` to read (diagnostics: the run
+    is the same, only slower)."""
     started = time.perf_counter()
     shift_index = None
     if trace is None:
@@ -158,6 +161,7 @@ def run_lab(
         on_submit=on_submit,
         on_decision=on_decision,
         regret=probe,
+        shadow_oracle=shadow_oracle,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from bench.lab.learning import OnlineLearner
-from bench.lab.oracle import ORACLE_PATH, InFlight, oracle_for, routing_profile
+from bench.lab.oracle import ORACLE_PATH, InFlight, TtftOracle, oracle_for, routing_profile
 from bench.lab.regret import RegretProbe
 from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
 from bench.traces import TraceRequest
@@ -90,6 +90,8 @@ class _Pending:
     pod: SimPod | None = None  # chosen pod
     chosen: int | None = None  # its candidate index
     waiter: Waiter | None = None  # its place in the flow-control queue, if any
+    # with shadow_oracle: per candidate, the noise-blind oracle's TTFT from the decision (ms)
+    shadow_ms: list[float | None] | None = None
 
 
 class LabSimulation:
@@ -118,6 +120,7 @@ class LabSimulation:
         on_submit: Callable[[str, Engine, list[float], float], None] | None = None,
         on_decision: Callable[[_Pending, Decision, float], None] | None = None,
         regret: RegretProbe | None = None,
+        shadow_oracle: bool = False,
     ) -> None:
         self.requests = requests
         # one profile for every pod, or one per pod (a mixed pool)
@@ -137,6 +140,9 @@ class LabSimulation:
         self.route_profile = routing_profile(policy)
         self.schedulers = {self.route_profile: scheduling.scheduler(self.route_profile)}
         self.oracle = oracle_for(policy)
+        # diagnostics: the noise-blind oracle's TTFT of every candidate, beside any policy's
+        # decision (never used to route; _Pending.shadow_ms; `headroom lab decisions --oracle`)
+        self.shadow = TtftOracle(foresight=False, ranks=False) if shadow_oracle else None
         self.view = PodView.from_settings(gateway)
         self.index = PrefixIndex(
             gateway.prefix_block_tokens,
@@ -384,6 +390,12 @@ class LabSimulation:
         decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
         if oracle is not None and oracle.ranks and decision.admitted:
             decision = self._oracle_decision(p, decision, now)
+        if self.shadow is not None and decision.admitted:
+            delay = self._pod_delay(req)
+            p.shadow_ms = [
+                None if t is None else 1000.0 * (t + delay)
+                for t in self._oracle_ttfts(p, now, self.shadow)
+            ]
         rec.path = decision.path
         if self.on_decision is not None:
             self.on_decision(p, decision, now)
@@ -416,11 +428,14 @@ class LabSimulation:
         """From the dispatch to the pod's engine (HTTP and the pod's tokenizer)."""
         return self.pod_ingress_s + self.pod_ingress_s_per_token * req.input_tokens
 
-    def _oracle_ttfts(self, p: _Pending, now: float) -> list[float | None]:
-        """The oracle's TTFT (from reaching the engine) of ``p`` on every candidate: each
-        forked at the moment the request would reach its engine, with the requests already
-        on their way there (bench/lab/oracle.py)."""
-        assert self.oracle is not None
+    def _oracle_ttfts(
+        self, p: _Pending, now: float, oracle: TtftOracle | None = None
+    ) -> list[float | None]:
+        """The TTFT (from reaching the engine) of ``p`` on every candidate by ``oracle``
+        (the policy's by default): each forked at the moment the request would reach its
+        engine, with the requests already on their way there (bench/lab/oracle.py)."""
+        oracle = oracle or self.oracle
+        assert oracle is not None
         req = p.request
         pods = [self._pod_by_name[c.name] for c in p.prep.rows.candidates]
         flying: dict[int, list[InFlight]] = {}
@@ -429,7 +444,7 @@ class LabSimulation:
                 flying.setdefault(q.pod.index, []).append(
                     InFlight(t, q.rid, q.tokens, q.request.output_tokens)
                 )
-        return self.oracle.ttfts(
+        return oracle.ttfts(
             [q.driver for q in pods], p.rid, p.tokens, req.output_tokens,
             now + self._pod_delay(req), [flying.get(q.index, ()) for q in pods],
         )  # fmt: skip
