@@ -1,5 +1,5 @@
-"""The greedy TTFT oracle: ``oracle-ttft``, a lab-only reference policy (never a gateway
-profile).
+"""The lab-only reference policies (never gateway profiles, never baselines): the greedy
+TTFT oracles ``oracle-ttft`` and ``oracle-ttft-blind``, and ``oracle-predicted``.
 
 At each decision the oracle forks every candidate pod (:class:`bench.lab.fork.Fork`) and,
 on each fork, submits the requests already dispatched to that pod but still on their way
@@ -17,22 +17,23 @@ noise, so ``oracle-ttft-blind`` forks without it (every later draw at its mean-o
 :meth:`services.simulator.engine.Engine.fork`): it knows the engines' state, including the
 step in progress and the requests on their way, but not their luck; its choices are
 ranked on what the state implies, which is what a router could at best estimate.
-``oracle-predicted`` is not greedy: it runs the ``headroom-learned`` profile whole (flow
-control, the latency-cost-scorer's damage term and hopeless rule, SLO headers read) with the
-noise-blind oracle's TTFTs in place of the learned TTFT predictions (TPOT: the learner's, when
-it has a model; else the pod's measured TPOT): what perfect TTFT predictions would buy the
-shipped cost, the bound on what better MAPE can win (issue 15). It is greedy,
-not optimal: each decision minimises that request's TTFT and ignores what it does to the
-requests after it (the decode steps it slows down, the pod it fills for the next burst; on
-multi-turn traffic sharing a system prompt a pod with a cold prefix cache may never look
-fastest, so it is never warmed and the warm pods pile up decodes). It routes each request
-as it comes and never holds one back in the gateway. Its TTFT is therefore *not* a lower
-bound over all routers; a target it misses is "not reached by the greedy TTFT oracle", not
-impossible.
 
-Its candidates and the gateway's in-flight accounting come from the cycle of the shipped
-profile :data:`REFERENCE_POLICIES` names (least-request), whose ranking the oracle replaces
-(kept only when no pod can take the request, which then fails at the pod as it would).
+Both are greedy, not optimal: each decision minimises that request's TTFT and ignores what
+it does to the requests after it (the decode steps it slows down, the pod it fills for the
+next burst; on multi-turn traffic sharing a system prompt a pod with a cold prefix cache may
+never look fastest, so it is never warmed and the warm pods pile up decodes). They route
+each request as it comes and never hold one back in the gateway. Their TTFT is therefore
+*not* a lower bound over all routers; a target they miss is "not reached by the greedy TTFT
+oracle", not impossible. Their candidates and the gateway's in-flight accounting come from
+the cycle of the shipped profile :data:`REFERENCE_POLICIES` names (least-request), whose
+ranking the oracle replaces (kept only when no pod can take the request, which then fails
+at the pod as it would).
+
+``oracle-predicted`` does not rank by itself: it runs the ``headroom-learned`` profile whole
+(flow control, the latency-cost-scorer's damage term and hopeless rule, SLO headers read)
+with the noise-blind oracle's TTFTs in place of the learned TTFT predictions (TPOT: the
+learner's, when it has a model; else the pod's measured TPOT): what perfect TTFT predictions
+would buy the shipped cost, the most better MAPE can win (issue 15). Not a bound either.
 """
 
 from __future__ import annotations

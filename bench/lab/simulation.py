@@ -18,9 +18,11 @@ Every piece is the production code, driven by a virtual clock:
   rows were built, as in the gateway, where requests arriving during the prediction call see
   the same loads;
 - trainer and predictor: :class:`bench.lab.learning.OnlineLearner`;
-- the lab-only reference policies ``oracle-ttft`` and ``oracle-ttft-blind``
-  (:mod:`bench.lab.oracle`): the cycle of their
-  base profile runs, then the greedy TTFT oracle ranks the candidates by forking them.
+- the lab-only reference policies (:mod:`bench.lab.oracle`): for ``oracle-ttft`` and
+  ``oracle-ttft-blind`` the cycle of their base profile runs, then the greedy TTFT oracle
+  ranks the candidates by forking them; ``oracle-predicted`` runs headroom-learned's cycle
+  with the forks' TTFTs as its predictions. With ``shadow_oracle`` every decision also gets
+  the noise-blind oracle's TTFT per candidate (``_Pending.shadow_ms``), never used to route.
 
 At equal times, step ends are handled first, then scrapes, model installs and refit checks,
 then arrivals. Deterministic for a given seed.
