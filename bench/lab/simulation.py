@@ -393,11 +393,7 @@ class LabSimulation:
         if oracle is not None and oracle.ranks and decision.admitted:
             decision = self._oracle_decision(p, decision, now)
         if self.shadow is not None and decision.admitted:
-            delay = self._pod_delay(req)
-            p.shadow_ms = [
-                None if t is None else 1000.0 * (t + delay)
-                for t in self._oracle_ttfts(p, now, self.shadow)
-            ]
+            p.shadow_ms = self._oracle_ms(p, now, self.shadow)
         rec.path = decision.path
         if self.on_decision is not None:
             self.on_decision(p, decision, now)
@@ -451,22 +447,30 @@ class LabSimulation:
             now + self._pod_delay(req), [flying.get(q.index, ()) for q in pods],
         )  # fmt: skip
 
-    def _oracle_predictions(self, p: _Pending, now: float) -> None:
-        """``oracle-predicted``: the noise-blind oracle's TTFTs (from now: the pod ingress
-        added) are the request's predictions; TPOT the learner's when it served some, else
-        the pod's measured TPOT (0 before one). A pod whose engine refuses the prompt keeps
-        the learner's prediction, or gets an hour."""
-        ttfts = self._oracle_ttfts(p, now)
+    def _oracle_ms(
+        self, p: _Pending, now: float, oracle: TtftOracle | None = None
+    ) -> list[float | None]:
+        """:meth:`_oracle_ttfts` in ms from the decision (the pod ingress added), as a
+        router would predict them."""
         delay = self._pod_delay(p.request)
+        return [
+            None if t is None else 1000.0 * (t + delay) for t in self._oracle_ttfts(p, now, oracle)
+        ]
+
+    def _oracle_predictions(self, p: _Pending, now: float) -> None:
+        """``oracle-predicted``: the noise-blind oracle's TTFTs (:meth:`_oracle_ms`) are the
+        request's predictions; TPOT the learner's when it served some, else the pod's
+        measured TPOT (0 before one). A pod whose engine refuses the prompt keeps the
+        learner's prediction, or gets an hour."""
         served = p.preds
         cands = p.prep.rows.candidates
         preds = []
-        for i, t in enumerate(ttfts):
+        for i, ms in enumerate(self._oracle_ms(p, now)):
             tpot = served[i].tpot_ms if served else 1000.0 * (cands[i].tpot_s or 0.0)
-            if t is None:
+            if ms is None:
                 preds.append(served[i] if served else Prediction(3_600_000.0, tpot))
             else:
-                preds.append(Prediction(1000.0 * (t + delay), tpot))
+                preds.append(Prediction(ms, tpot))
         p.preds, p.reason, p.version = preds, None, ORACLE_PATH
 
     def _oracle_decision(self, p: _Pending, decision: Decision, now: float) -> Decision:

@@ -17,11 +17,12 @@ Done-means 1 (issue 18) for ``policy`` (``headroom``) against the best of ``base
 each cell: TTFT p90 <= 1.05x, TPOT p90 <= 1.10x, E2E p90 <= 1.10x; and at load >= 1.0
 TTFT p90 <= 0.7x gie-default's or attainment >= gie-default's + 10 points.
 
-Lab-only reference policies (the greedy TTFT oracles ``oracle-ttft`` and
-``oracle-ttft-blind``, bench/lab/oracle.py) are shown as references: never a baseline of
-done-means 1 and never "the best other policy" of a worst case. When an oracle ran, each
-cell shows the TTFT p90 over gie-default's of the best oracle that ran in it, and a failing lead check the oracle does not pass either says so (a greedy
-oracle is not a lower bound over all routers: "not reached by the greedy TTFT oracle").
+Lab-only reference policies (bench/lab/oracle.py: the greedy TTFT oracles ``oracle-ttft``
+and ``oracle-ttft-blind``, and ``oracle-predicted``) are shown as references: never a
+baseline of done-means 1 and never "the best other policy" of a worst case. When a greedy
+oracle ran, each cell shows the TTFT p90 over gie-default's of the best one that ran in it,
+and a failing lead check it does not pass either says so (a greedy oracle is not a lower
+bound over all routers: "not reached by the greedy TTFT oracle").
 """
 
 from __future__ import annotations
