@@ -151,6 +151,9 @@ class TraceRequest:
     def prompt_tokens(self) -> list[int]:
         return self.builder.tokens(self.hash_ids, self.input_tokens, self.index)
 
+    def __deepcopy__(self, memo: dict) -> TraceRequest:
+        return self  # immutable, and its builder is shared by the whole trace (the lab's forks)
+
     def prompt_text(self) -> str:
         return self.builder.text(self.hash_ids, self.input_tokens, self.index)
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.lab.config import (
+    DEFAULT_HORIZON_S,
     DEFAULT_INGRESS_MS,
     DEFAULT_INGRESS_US_PER_TOKEN,
     DEFAULT_MAX_TRAIN_CYCLES,
@@ -86,6 +87,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="which models answer (default: HEADROOM_PREDICTOR_OBJECTIVE)")  # fmt: skip
     p.add_argument("--trainer-set", type=_key_value, action="append", default=[],
                    metavar="KEY=VALUE", help="override a trainer setting (e.g. rounds=100)")  # fmt: skip
+    p.add_argument("--rollout-horizon-s", type=float, default=DEFAULT_HORIZON_S, metavar="S",
+                   help="oracle-rollout(-blind) only: score each copy on the requests arriving "
+                   f"within S seconds of the decision (default {DEFAULT_HORIZON_S:g})")  # fmt: skip
     p.add_argument("--regret-samples", type=int, metavar="N",
                    help="decisions whose regret is measured by replaying them on every "
                    f"candidate pod (0: off; default: one per {REQUESTS_PER_SAMPLE} requests, "
@@ -128,6 +132,7 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         trainer_overrides=overrides,
         predictor_objective=args.predictor_objective,
         regret_samples=args.regret_samples,
+        rollout_horizon_s=args.rollout_horizon_s,
         then_trace=getattr(args, "then_trace", None),
         then_rate_scale=getattr(args, "then_rate_scale", None),
         then_limit=getattr(args, "then_limit", None),

@@ -23,6 +23,9 @@ POLICY_TRAINER_DEFAULTS: dict[str, dict[str, object]] = {
     "llmd-predicted": {"target_transform": "none", "feature_set": "v1"},
 }
 
+# oracle-rollout(-blind)'s default cohort horizon in virtual seconds (bench/lab/rollout.py)
+DEFAULT_HORIZON_S = 2.0
+
 
 @dataclass(frozen=True)
 class LabConfig:
@@ -62,6 +65,8 @@ class LabConfig:
     # decisions whose regret is measured by forking every candidate (bench/lab/regret.py)
     # (None: bench.lab.regret.default_regret_samples of the trace's length; 0: off)
     regret_samples: int | None = None
+    # oracle-rollout(-blind): the cohort's horizon after each decision (bench/lab/rollout.py)
+    rollout_horizon_s: float = DEFAULT_HORIZON_S
     # a workload shift: this trace's requests follow the first trace's (issue 15, drift)
     then_trace: str | None = None
     then_rate_scale: float | None = None  # None: rate_scale
@@ -96,6 +101,8 @@ class LabConfig:
             raise ValueError("scrape_interval_s must be > 0")
         if self.regret_samples is not None and self.regret_samples < 0:
             raise ValueError("regret_samples must be >= 0")
+        if self.rollout_horizon_s < 0:
+            raise ValueError("rollout_horizon_s must be >= 0")
         if self.train_interval_s is not None and not self.train_interval_s > 0:
             raise ValueError("train_interval_s must be > 0")
         for name in ("slo_ttft_ms", "slo_tpot_ms"):

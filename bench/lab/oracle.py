@@ -54,6 +54,9 @@ REFERENCE_POLICIES: dict[str, str] = {
     ORACLE_TTFT: "least-request",
     ORACLE_TTFT_BLIND: "least-request",
     ORACLE_PREDICTED: "headroom-learned",
+    # the non-greedy one-step rollout over headroom (bench/lab/rollout.py)
+    "oracle-rollout": "headroom",
+    "oracle-rollout-blind": "headroom",
 }
 # the greedy TTFT oracles: the ones that rank the pods themselves
 GREEDY_ORACLES = (ORACLE_TTFT, ORACLE_TTFT_BLIND)

@@ -15,6 +15,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,11 @@ class RequestRecord:
     trained_samples: int = 0  # samples the trainer had accepted when this was routed
     error: str | None = None
     dispatched_s: float | None = None  # sent to its pod (after any wait in the gateway)
+
+    def __deepcopy__(self, memo: dict) -> RequestRecord:
+        # every field is a number, a string or None: a shallow copy is a deep one (and the
+        # lab's whole-run copies, bench/lab/rollout.py, make many)
+        return copy.copy(self)
 
     def _from_dispatch(self, ms: float | None) -> float | None:
         """A latency from the request being sent, counted from its dispatch instead."""

@@ -162,6 +162,7 @@ def run_lab(
         on_decision=on_decision,
         regret=probe,
         shadow_oracle=shadow_oracle,
+        rollout_horizon_s=config.rollout_horizon_s,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))
@@ -200,6 +201,8 @@ def run_lab(
         "sacrificed_share": round(sim.sacrificed / total, 5) if total else None,
         # the greedy TTFT oracle's decisions and their wall-time cost (bench/lab/oracle.py)
         "oracle": sim.oracle.summary() if sim.oracle is not None else None,
+        # the one-step rollout's decisions and their cost (bench/lab/rollout.py)
+        "rollout": sim.rollout.summary() if sim.rollout is not None else None,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
     return report

@@ -30,6 +30,7 @@ then arrivals. Deterministic for a given seed.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import random
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from bench.lab.learning import OnlineLearner
 from bench.lab.oracle import ORACLE_PATH, InFlight, TtftOracle, oracle_for, routing_profile
 from bench.lab.regret import RegretProbe
 from bench.lab.report import FAILED, OK, REJECTED, RequestRecord
+from bench.lab.rollout import DEFAULT_HORIZON_S, rollout_for
 from bench.traces import TraceRequest
 from services.gateway.predictor_client import REASON_NO_MODEL
 from services.gateway.scheduling import routing
@@ -123,6 +125,7 @@ class LabSimulation:
         on_decision: Callable[[_Pending, Decision, float], None] | None = None,
         regret: RegretProbe | None = None,
         shadow_oracle: bool = False,
+        rollout_horizon_s: float = DEFAULT_HORIZON_S,
     ) -> None:
         self.requests = requests
         # one profile for every pod, or one per pod (a mixed pool)
@@ -142,6 +145,13 @@ class LabSimulation:
         self.route_profile = routing_profile(policy)
         self.schedulers = {self.route_profile: scheduling.scheduler(self.route_profile)}
         self.oracle = oracle_for(policy)
+        # the non-greedy reference (bench/lab/rollout.py): forks the whole simulation per
+        # decision; releases from the flow-control queue go through the event queue, so
+        # every decision happens at the top of an event and a copy resumes cleanly
+        self.rollout = rollout_for(policy, rollout_horizon_s)
+        self.defer_releases = self.rollout is not None
+        if self.rollout is not None and (slo_ttft_ms is not None or slo_tpot_ms is not None):
+            raise ValueError(f"{policy} runs without SLO headers (its copies carry no learner)")
         # diagnostics: the noise-blind oracle's TTFT of every candidate, beside any policy's
         # decision (never used to route; _Pending.shadow_ms; `headroom lab decisions --oracle`)
         self.shadow = TtftOracle(foresight=False, ranks=False) if shadow_oracle else None
@@ -191,28 +201,51 @@ class LabSimulation:
 
     # --- the run ------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> list[RequestRecord]:
-        reqs, records = self.requests, self.records
+        self.start()
+        self.advance(progress=progress)
+        if self.regret is not None:
+            self.regret.finish()
+        return self.records
+
+    def start(self) -> None:
+        """Set the run's clock at its start (:meth:`advance` plays it)."""
+        reqs = self.requests
         n = len(reqs)
         k = self.ingress_s_per_token
         # a request is routed and reaches its pod once the prompt is through the ingress
         # (HTTP, the gateway's and the pod's tokenizers): small prompts overtake big ones
         # sent at the same moment, as in the live stack
-        at = [r.arrival_s + self.ingress_s + k * r.input_tokens for r in reqs]
-        order = sorted(range(n), key=lambda j: (at[j], j)) if k > 0 else range(n)
+        self._at = [r.arrival_s + self.ingress_s + k * r.input_tokens for r in reqs]
+        self._order = sorted(range(n), key=lambda j: (self._at[j], j)) if k > 0 else range(n)
+        self._ai = 0  # arrivals handled
+        self._k_scrape = 0
+        self._next_scrape = 0.0
+        self._k_train = 1
+        self._next_train = self.learner.interval_s if self.learner else INF
+
+    def advance(
+        self,
+        stop: Callable[[], bool] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """Handle the run's events in order until none is left or ``stop()`` (asked before
+        each event) is true. The loop's position lives on the simulation, so a copy taken
+        inside a handler (bench/lab/rollout.py) resumes after that event."""
+        reqs, records, at, order = self.requests, self.records, self._at, self._order
+        n = len(reqs)
         pending = self._events
         heap = self._heap
         learner = self.learner
-        ai = 0
-        k_scrape = 0
-        next_scrape = 0.0
-        k_train = 1
         interval = learner.interval_s if learner else INF
-        next_train = interval
         report_every = max(1, n // 200)
-        while ai < n or self._open or pending:
+        while self._ai < n or self._open or pending:
+            if stop is not None and stop():
+                return
+            ai = self._ai
             th = heap[0][0] if heap else INF
             ta = at[order[ai]] if ai < n else INF
             ti = learner.next_install() if learner else None
+            next_scrape, next_train = self._next_scrape, self._next_train
             tc = min(next_scrape, next_train, INF if ti is None else ti)
             td = pending[0][0] if pending else INF
             if th <= ta and th <= tc and th <= td:
@@ -225,25 +258,22 @@ class LabSimulation:
             elif tc <= ta:
                 self._now = tc
                 if next_scrape <= tc:
+                    self._k_scrape += 1
+                    self._next_scrape = self._k_scrape * self.scrape_interval_s
                     self._scrape(next_scrape)
-                    k_scrape += 1
-                    next_scrape = k_scrape * self.scrape_interval_s
                 elif ti is not None and ti <= tc:
                     learner.install_due(ti)  # type: ignore[union-attr]
                 else:
+                    self._k_train += 1
+                    self._next_train = self._k_train * interval
                     learner.tick(next_train)  # type: ignore[union-attr]
-                    k_train += 1
-                    next_train = k_train * interval
             else:
                 j = order[ai]
                 self._now = ta
+                self._ai = ai + 1
                 self._arrive(reqs[j], records[j], ta)
-                ai += 1
-                if progress is not None and (ai % report_every == 0 or ai == n):
-                    progress(ai)
-        if self.regret is not None:
-            self.regret.finish()
-        return records
+                if progress is not None and ((ai + 1) % report_every == 0 or ai + 1 == n):
+                    progress(ai + 1)
 
     # --- the collector ------------------------------------------------------------------
     def _scrape(self, now: float) -> None:
@@ -331,7 +361,11 @@ class LabSimulation:
             return
         now = self._now
         for w in self.flow.take(lambda m: self.view.candidates(m, now), now):
-            self._release(w, now)
+            if self.defer_releases:
+                self._seq += 1
+                heapq.heappush(self._events, (now, self._seq, self._release, w))
+            else:
+                self._release(w, now)
 
     def _release(self, w: Waiter, now: float) -> None:
         req, rec, tokens, hashes = w.payload  # type: ignore[misc]
@@ -388,12 +422,20 @@ class LabSimulation:
             and p.prep.scheduler.reads_predictions(p.prep.request)
         ):
             self._oracle_predictions(p, now)
-        prep, rec, req, preds = p.prep, p.record, p.request, p.preds
+        prep, preds = p.prep, p.preds
         decision = routing.decide(prep, preds, now=now, rng=self.rng, fallback_reason=p.reason)
         if oracle is not None and oracle.ranks and decision.admitted:
             decision = self._oracle_decision(p, decision, now)
         if self.shadow is not None and decision.admitted:
             p.shadow_ms = self._oracle_ms(p, now, self.shadow)
+        if self.rollout is not None and decision.admitted:
+            decision = self.rollout.choose(self, p, decision, now)
+        self._dispatch(p, decision, now)
+
+    def _dispatch(self, p: _Pending, decision: Decision, now: float) -> None:
+        """Act on ``decision`` for ``p``: reject it, or account the dispatch to its first
+        pod and send it on its way."""
+        prep, rec, req, preds = p.prep, p.record, p.request, p.preds
         rec.path = decision.path
         if self.on_decision is not None:
             self.on_decision(p, decision, now)
@@ -421,6 +463,23 @@ class LabSimulation:
             self._later(now + delay, self._submit, p)
         else:
             self._submit(p, now)
+
+    def fork(self, p: _Pending, *, noise: bool = True) -> tuple[LabSimulation, _Pending]:
+        """A copy of the whole run at this instant and its copy of ``p`` (being decided):
+        engines forked (:meth:`VirtualPod.fork`, ``noise``), everything else deep-copied
+        (the pod view, prefix index, flow queue, events, records, the loop's position), the
+        trace shared. The copy has no learner, regret probe, shadow oracle, hooks or
+        rollout of its own: it routes with the base profile (bench/lab/rollout.py)."""
+        memo: dict[int, object] = {id(self.requests): self.requests}
+        for shared in (self._at, self._order, self.scheduling, self.pod_profiles):
+            memo[id(shared)] = shared
+        for dropped in (self.learner, self.regret, self.shadow, self.on_submit,
+                        self.on_decision, self.rollout):  # fmt: skip
+            if dropped is not None:
+                memo[id(dropped)] = None
+        for pod in self.pods:
+            memo[id(pod.driver)] = pod.driver.fork(noise=noise)
+        return copy.deepcopy((self, p), memo)
 
     def _pod_delay(self, req: TraceRequest) -> float:
         """From the dispatch to the pod's engine (HTTP and the pod's tokenizer)."""
