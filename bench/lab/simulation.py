@@ -479,7 +479,9 @@ class LabSimulation:
                 memo[id(dropped)] = None
         for pod in self.pods:
             memo[id(pod.driver)] = pod.driver.fork(noise=noise)
-        return copy.deepcopy((self, p), memo)
+        new, q = copy.deepcopy((self, p), memo)
+        new._next_train = INF  # no learner: no refit checks
+        return new, q
 
     def _pod_delay(self, req: TraceRequest) -> float:
         """From the dispatch to the pod's engine (HTTP and the pod's tokenizer)."""

@@ -115,8 +115,11 @@ def test_the_rollout_is_a_lab_reference_over_headroom_and_refuses_slo_headers(tm
         LabConfig(trace="-", rollout_horizon_s=-1.0)
     with pytest.raises(ValueError, match="horizon_s"):
         Rollout(cap_s=0.0)
+    # the run's learner refits every 0.2 s (headroom predicts for SLO requests); its copies
+    # have none and no refit checks
     r = run_lab(LabConfig(trace=str(path), policy=ORACLE_ROLLOUT_BLIND, pods=2, regret_samples=0,
-                          rollout_horizon_s=0.25))  # fmt: skip
+                          rollout_horizon_s=0.25, train_interval_s=0.2))  # fmt: skip
+    assert r["prediction"] is not None
     assert r["rollout"]["foresight"] is False and r["rollout"]["horizon_s"] == 0.25
     assert r["rollout"]["decisions"] == r["completed"] == 20
     assert run_lab(LabConfig(trace=str(path), pods=2, regret_samples=0))["rollout"] is None
