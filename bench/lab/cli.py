@@ -90,6 +90,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout-horizon-s", type=float, default=DEFAULT_HORIZON_S, metavar="S",
                    help="oracle-rollout(-blind) only: score each copy on the requests arriving "
                    f"within S seconds of the decision (default {DEFAULT_HORIZON_S:g})")  # fmt: skip
+    p.add_argument("--rollout-objective", choices=("sum", "squares"), default="sum",
+                   help="oracle-rollout(-blind) only: minimise the sum of the cohort's TTFTs "
+                   "or of their squares (default sum)")  # fmt: skip
     p.add_argument("--regret-samples", type=int, metavar="N",
                    help="decisions whose regret is measured by replaying them on every "
                    f"candidate pod (0: off; default: one per {REQUESTS_PER_SAMPLE} requests, "
@@ -133,6 +136,7 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         predictor_objective=args.predictor_objective,
         regret_samples=args.regret_samples,
         rollout_horizon_s=args.rollout_horizon_s,
+        rollout_objective=args.rollout_objective,
         then_trace=getattr(args, "then_trace", None),
         then_rate_scale=getattr(args, "then_rate_scale", None),
         then_limit=getattr(args, "then_limit", None),

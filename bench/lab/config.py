@@ -67,6 +67,7 @@ class LabConfig:
     regret_samples: int | None = None
     # oracle-rollout(-blind): the cohort's horizon after each decision (bench/lab/rollout.py)
     rollout_horizon_s: float = DEFAULT_HORIZON_S
+    rollout_objective: str = "sum"  # sum | squares of the cohort's TTFTs
     # a workload shift: this trace's requests follow the first trace's (issue 15, drift)
     then_trace: str | None = None
     then_rate_scale: float | None = None  # None: rate_scale
@@ -103,6 +104,8 @@ class LabConfig:
             raise ValueError("regret_samples must be >= 0")
         if self.rollout_horizon_s < 0:
             raise ValueError("rollout_horizon_s must be >= 0")
+        if self.rollout_objective not in ("sum", "squares"):
+            raise ValueError("rollout_objective must be sum or squares")
         if self.train_interval_s is not None and not self.train_interval_s > 0:
             raise ValueError("train_interval_s must be > 0")
         for name in ("slo_ttft_ms", "slo_tpot_ms"):

@@ -11,8 +11,8 @@ to that candidate in the copy and plays the copy forward with ``headroom`` routi
 later request, until every request of the **cohort** has its first token: the request being
 routed, every request that arrived before it and has no first token yet, and every request
 that arrives within ``horizon_s`` after the decision. The request goes to the candidate
-whose copy has the least sum of the cohort's TTFTs (ties: ``headroom``'s order), and the run
-goes on. A copy that has not finished its cohort ``cap_s`` after the decision stops there;
+whose copy has the least sum of the cohort's TTFTs (``--rollout-objective squares``: of their squares,
+which weighs the tail more; ties: ``headroom``'s order), and the run goes on. A copy that has not finished its cohort ``cap_s`` after the decision stops there;
 its unfinished requests count up to that time, and a request the copy rejects or fails counts
 ``cap_s``.
 
@@ -50,6 +50,9 @@ ORACLE_ROLLOUT = "oracle-rollout"
 ORACLE_ROLLOUT_BLIND = "oracle-rollout-blind"
 ROLLOUT_POLICIES = (ORACLE_ROLLOUT, ORACLE_ROLLOUT_BLIND)
 DEFAULT_CAP_S = 60.0
+# a copy's score: the sum of the cohort's TTFTs (their mean), or of their squares (the tail
+# weighs more)
+OBJECTIVES = ("sum", "squares")
 
 
 class Rollout:
@@ -61,10 +64,14 @@ class Rollout:
         foresight: bool = True,
         horizon_s: float = DEFAULT_HORIZON_S,
         cap_s: float = DEFAULT_CAP_S,
+        objective: str = "sum",
     ) -> None:
         if horizon_s < 0 or cap_s <= 0:
             raise ValueError("rollout horizon_s must be >= 0 and cap_s > 0")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"rollout objective must be one of {OBJECTIVES}")
         self.foresight = foresight
+        self.objective = objective
         self.horizon_s = horizon_s
         self.cap_s = cap_s
         self.decisions = 0  # decisions with two or more candidates played out
@@ -104,14 +111,16 @@ class Rollout:
         if left:
             self.capped += 1
         total = 0.0
+        square = self.objective == "squares"
         for j in cohort:
             rec = records[j]
             if rec.first_token_s is not None:
-                total += rec.first_token_s - rec.arrival_s
+                t = rec.first_token_s - rec.arrival_s
             elif rec.status in (FAILED, REJECTED):
-                total += self.cap_s
+                t = self.cap_s
             else:
-                total += max(0.0, min(sim._now, limit) - rec.arrival_s)
+                t = max(0.0, min(sim._now, limit) - rec.arrival_s)
+            total += t * t if square else t
         return total
 
     def choose(self, sim: LabSimulation, p: _Pending, decision: Decision, now: float) -> Decision:
@@ -135,8 +144,8 @@ class Rollout:
             self.changed += 1
         self.wall_s += time.perf_counter() - started
         pick = tries[best]
-        notes = {**decision.notes, "rollout_cost_s": round(costs[best], 6),
-                 "rollout_base_cost_s": round(costs[0], 6)}  # fmt: skip
+        notes = {**decision.notes, "rollout_cost": round(costs[best], 9),
+                 "rollout_base_cost": round(costs[0], 9), "rollout_base_pick": tries[0]}  # fmt: skip
         ranked = [pick, *(j for j in tries if j != pick)]
         return replace(decision, ranked=ranked, path=ORACLE_PATH, notes=notes)
 
@@ -146,6 +155,7 @@ class Rollout:
             "foresight": self.foresight,
             "horizon_s": self.horizon_s,
             "cap_s": self.cap_s,
+            "objective": self.objective,
             "decisions": n,
             "changed": self.changed,
             "forks": self.forks,
@@ -155,10 +165,10 @@ class Rollout:
         }
 
 
-def rollout_for(policy: str, horizon_s: float = DEFAULT_HORIZON_S) -> Rollout | None:
+def rollout_for(
+    policy: str, horizon_s: float = DEFAULT_HORIZON_S, objective: str = "sum"
+) -> Rollout | None:
     """The rollout of reference policy ``policy`` (None for any other policy)."""
-    if policy == ORACLE_ROLLOUT:
-        return Rollout(horizon_s=horizon_s)
-    if policy == ORACLE_ROLLOUT_BLIND:
-        return Rollout(foresight=False, horizon_s=horizon_s)
-    return None
+    if policy not in ROLLOUT_POLICIES:
+        return None
+    return Rollout(foresight=policy == ORACLE_ROLLOUT, horizon_s=horizon_s, objective=objective)

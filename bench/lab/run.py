@@ -163,6 +163,7 @@ def run_lab(
         regret=probe,
         shadow_oracle=shadow_oracle,
         rollout_horizon_s=config.rollout_horizon_s,
+        rollout_objective=config.rollout_objective,
     )
     total = len(trace)
     records = sim.run(None if progress is None else (lambda done: progress(done, total)))

@@ -126,6 +126,7 @@ class LabSimulation:
         regret: RegretProbe | None = None,
         shadow_oracle: bool = False,
         rollout_horizon_s: float = DEFAULT_HORIZON_S,
+        rollout_objective: str = "sum",
     ) -> None:
         self.requests = requests
         # one profile for every pod, or one per pod (a mixed pool)
@@ -148,7 +149,7 @@ class LabSimulation:
         # the non-greedy reference (bench/lab/rollout.py): forks the whole simulation per
         # decision; releases from the flow-control queue go through the event queue, so
         # every decision happens at the top of an event and a copy resumes cleanly
-        self.rollout = rollout_for(policy, rollout_horizon_s)
+        self.rollout = rollout_for(policy, rollout_horizon_s, rollout_objective)
         self.defer_releases = self.rollout is not None
         if self.rollout is not None and (slo_ttft_ms is not None or slo_tpot_ms is not None):
             raise ValueError(f"{policy} runs without SLO headers (its copies carry no learner)")

@@ -89,8 +89,11 @@ def test_the_rollout_improves_headroom_on_its_own_objective(busy_trace):
     seen = []
 
     def on_decision(p, decision, now):
-        if "rollout_cost_s" in decision.notes:
-            seen.append((decision.notes["rollout_cost_s"], decision.notes["rollout_base_cost_s"]))
+        if "rollout_cost" in decision.notes:
+            n = decision.notes
+            assert n["rollout_base_pick"] == decision.ranked[0] or n["rollout_cost"] < n[
+                "rollout_base_cost"]  # fmt: skip
+            seen.append((n["rollout_cost"], n["rollout_base_cost"]))
 
     sim = sim_for(busy_trace, ORACLE_ROLLOUT, on_decision=on_decision, rollout_horizon_s=0.5)
     records = sim.run()
@@ -115,12 +118,18 @@ def test_the_rollout_is_a_lab_reference_over_headroom_and_refuses_slo_headers(tm
         LabConfig(trace="-", rollout_horizon_s=-1.0)
     with pytest.raises(ValueError, match="horizon_s"):
         Rollout(cap_s=0.0)
+    with pytest.raises(ValueError, match="objective"):
+        Rollout(objective="p90")
+    with pytest.raises(ValueError, match="rollout_objective"):
+        LabConfig(trace="-", rollout_objective="max")
     # the run's learner refits every 0.2 s (headroom predicts for SLO requests); its copies
     # have none and no refit checks
     r = run_lab(LabConfig(trace=str(path), policy=ORACLE_ROLLOUT_BLIND, pods=2, regret_samples=0,
-                          rollout_horizon_s=0.25, train_interval_s=0.2))  # fmt: skip
+                          rollout_horizon_s=0.25, train_interval_s=0.2,
+                          rollout_objective="squares"))  # fmt: skip
     assert r["prediction"] is not None
     assert r["rollout"]["foresight"] is False and r["rollout"]["horizon_s"] == 0.25
+    assert r["rollout"]["objective"] == "squares"
     assert r["rollout"]["decisions"] == r["completed"] == 20
     assert run_lab(LabConfig(trace=str(path), pods=2, regret_samples=0))["rollout"] is None
     json.dumps(r)  # the report stays JSON
