@@ -22,7 +22,10 @@ Every piece is the production code, driven by a virtual clock:
   ``oracle-ttft-blind`` the cycle of their base profile runs, then the greedy TTFT oracle
   ranks the candidates by forking them; ``oracle-predicted`` runs headroom-learned's cycle
   with the forks' TTFTs as its predictions. With ``shadow_oracle`` every decision also gets
-  the noise-blind oracle's TTFT per candidate (``_Pending.shadow_ms``), never used to route.
+  the noise-blind oracle's TTFT per candidate (``_Pending.shadow_ms``), never used to route;
+- the non-greedy reference ``oracle-rollout`` (:mod:`bench.lab.rollout`): headroom's cycle,
+  then every candidate played on a copy of the whole simulation (:meth:`LabSimulation.fork`,
+  resumed by :meth:`LabSimulation.advance`).
 
 At equal times, step ends are handled first, then scrapes, model installs and refit checks,
 then arrivals. Deterministic for a given seed.
