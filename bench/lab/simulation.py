@@ -249,7 +249,8 @@ class LabSimulation:
             th = heap[0][0] if heap else INF
             ta = at[order[ai]] if ai < n else INF
             ti = learner.next_install() if learner else None
-            next_scrape, next_train = self._next_scrape, self._next_train
+            next_scrape = self._next_scrape
+            next_train = self._next_train if learner else INF  # a copy has no learner
             tc = min(next_scrape, next_train, INF if ti is None else ti)
             td = pending[0][0] if pending else INF
             if th <= ta and th <= tc and th <= td:
@@ -483,9 +484,7 @@ class LabSimulation:
                 memo[id(dropped)] = None
         for pod in self.pods:
             memo[id(pod.driver)] = pod.driver.fork(noise=noise)
-        new, q = copy.deepcopy((self, p), memo)
-        new._next_train = INF  # no learner: no refit checks
-        return new, q
+        return copy.deepcopy((self, p), memo)
 
     def _pod_delay(self, req: TraceRequest) -> float:
         """From the dispatch to the pod's engine (HTTP and the pod's tokenizer)."""
