@@ -10,7 +10,8 @@ is one lab run without SLO headers and, with ``slo="both"``, one with them.
 Policies whose routing does not read SLO headers (:data:`SLO_BLIND`; tests/unit/
 test_lab_suite.py checks that their decisions are identical with and without the headers)
 are run once: their attainment and goodput with headers are computed from the same
-requests (``slo_from_headerless`` marks those reports).
+requests (``slo_from_headerless`` marks those reports). So is the rollout reference
+(:data:`HEADERLESS`), which refuses SLO headers: its attainment is that of its headerless run.
 
 ``jobs`` > 1 runs the lab runs in that many processes; the results do not depend on it (each
 run is deterministic for its seed, and results are ordered by workload, load, policy).
@@ -31,6 +32,7 @@ from bench.lab.compare import check_ladder
 from bench.lab.config import LabConfig
 from bench.lab.oracle import GREEDY_ORACLES
 from bench.lab.report import summarize
+from bench.lab.rollout import ROLLOUT_POLICIES
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.saturation import estimate_saturation
 from bench.lab.suite import suite
@@ -52,6 +54,10 @@ SLO_BLIND = frozenset(
         *GREEDY_ORACLES,
     }
 )
+# policies the suite runs only without SLO headers, their attainment read from those requests
+# (slo_from_headerless): the SLO-blind ones, and the rollout reference, which refuses headers
+# (its copies of the lab carry no learner, bench/lab/rollout.py)
+HEADERLESS = SLO_BLIND | frozenset(ROLLOUT_POLICIES)
 SLO_MODES = ("both", "on", "off")
 
 # The SLO rule (the same for every workload; not tuned per workload):
@@ -203,7 +209,7 @@ def tasks_for(
     for w in workloads:
         for load in loads:
             for policy in policies:
-                blind = policy in SLO_BLIND
+                blind = policy in HEADERLESS
                 if slo == "off":
                     out.append(Task(w, base, policy, load, False, False))
                 elif slo == "on":

@@ -13,6 +13,7 @@ from bench.lab.oracle import ORACLE_PATH, is_reference, routing_profile
 from bench.lab.rollout import ORACLE_ROLLOUT, ORACLE_ROLLOUT_BLIND, Rollout
 from bench.lab.run import load_lab_trace, run_lab
 from bench.lab.simulation import LabSimulation
+from bench.lab.suite_run import SLO_BLIND, Workload, tasks_for
 from bench.lab.synthetic import write_mooncake_trace
 from services.gateway.scheduling.config import load_config
 from services.gateway.settings import GatewaySettings
@@ -110,6 +111,12 @@ def test_the_rollout_is_a_lab_reference_over_headroom_and_refuses_slo_headers(tm
     assert is_reference(ORACLE_ROLLOUT) and is_reference(ORACLE_ROLLOUT_BLIND)
     assert routing_profile(ORACLE_ROLLOUT) == routing_profile(ORACLE_ROLLOUT_BLIND) == "headroom"
     check_ladder(LabConfig(trace="-"), [ORACLE_ROLLOUT, "gie-default"], [1.0])
+    # the suite runs it without headers only and reads its attainment from those requests
+    w = Workload("w", "train", "chat", "-", 0, None, {})
+    for slo in ("both", "on"):
+        ts = tasks_for([w], LabConfig(trace="-"), [ORACLE_ROLLOUT], [1.0], slo)
+        assert [(t.headers, t.derive_slo) for t in ts] == [(False, True)]
+    assert ORACLE_ROLLOUT not in SLO_BLIND  # it does not claim headers leave it unchanged
     path = write_mooncake_trace(tmp_path / "m.jsonl", 20, rate_rps=8.0)
     trace = load_lab_trace(LabConfig(trace=str(path)))
     with pytest.raises(ValueError, match="without SLO headers"):
