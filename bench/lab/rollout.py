@@ -11,9 +11,10 @@ to that candidate in the copy and plays the copy forward with ``headroom`` routi
 later request, until every request of the **cohort** has its first token: the request being
 routed, every request that arrived before it and has no first token yet, and every request
 that arrives within ``horizon_s`` after the decision. The request goes to the candidate
-whose copy has the least sum of the cohort's TTFTs (``--rollout-objective squares``: of their squares,
-which weighs the tail more; ties: ``headroom``'s order), and the run goes on. A copy that has not finished its cohort ``cap_s`` after the decision stops there;
-its unfinished requests count up to that time, and a request the copy rejects or fails counts
+whose copy has the least sum of the cohort's TTFTs (``--rollout-objective squares``: of
+their squares, which weighs the tail more; ties: ``headroom``'s order), and the run goes on.
+A copy that has not finished its cohort ``cap_s`` after the decision stops there; its
+unfinished requests count up to that time, and a request the copy rejects or fails counts
 ``cap_s``.
 
 What it knows that no router does: the future arrivals (their times and prompts) within the
@@ -22,9 +23,10 @@ horizon and after, and with ``foresight`` (the default) the noise the engines wi
 (:meth:`services.simulator.engine.Engine.fork`), like ``oracle-ttft-blind``. It is a policy
 improvement step over ``headroom`` (on the cohort's TTFT sum, not the run's TTFT p90), not an
 optimum over all routers: it never holds a request back beyond what flow control does, and
-it changes one decision at a time, assuming ``headroom`` for the rest. Its TTFT is the
-strongest reference the lab has for what routing can reach on a workload; a target it
-misses is "not reached by a one-step rollout with foresight", not impossible.
+it changes one decision at a time, assuming ``headroom`` for the rest. A target it misses is
+"not reached by a one-step rollout with foresight", not impossible (docs/benchmarks.md
+"Session 13": on multi-turn chat it is the best reference measured, on bursty chat the
+greedy exact-state oracle is ahead of it).
 
 Only the decision point changes the run: to fork at a clean point, a rollout run (and each
 copy) hands the flow-control queue's releases to the event queue at the same virtual time
