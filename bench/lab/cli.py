@@ -18,6 +18,7 @@ from bench.lab.config import (
     DEFAULT_POD_INGRESS_MS,
     DEFAULT_POD_INGRESS_US_PER_TOKEN,
     DEFAULT_PREDICT_LATENCY_MS,
+    ROLLOUT_OBJECTIVES,
     LabConfig,
 )
 from bench.lab.regret import DEFAULT_REGRET_SAMPLES, REQUESTS_PER_SAMPLE
@@ -90,7 +91,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout-horizon-s", type=float, default=DEFAULT_HORIZON_S, metavar="S",
                    help="oracle-rollout(-blind) only: score each copy on the requests arriving "
                    f"within S seconds of the decision (default {DEFAULT_HORIZON_S:g})")  # fmt: skip
-    p.add_argument("--rollout-objective", choices=("sum", "squares"), default="sum",
+    p.add_argument("--rollout-objective", choices=ROLLOUT_OBJECTIVES, default="sum",
                    help="oracle-rollout(-blind) only: minimise the sum of the cohort's TTFTs "
                    "or of their squares (default sum)")  # fmt: skip
     p.add_argument("--regret-samples", type=int, metavar="N",

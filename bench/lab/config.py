@@ -25,6 +25,9 @@ POLICY_TRAINER_DEFAULTS: dict[str, dict[str, object]] = {
 
 # oracle-rollout(-blind)'s default cohort horizon in virtual seconds (bench/lab/rollout.py)
 DEFAULT_HORIZON_S = 2.0
+# its scores of a copy: the sum of the cohort's TTFTs (their mean), or of their squares (the
+# tail weighs more)
+ROLLOUT_OBJECTIVES = ("sum", "squares")
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,8 @@ class LabConfig:
             raise ValueError("regret_samples must be >= 0")
         if self.rollout_horizon_s < 0:
             raise ValueError("rollout_horizon_s must be >= 0")
-        if self.rollout_objective not in ("sum", "squares"):
-            raise ValueError("rollout_objective must be sum or squares")
+        if self.rollout_objective not in ROLLOUT_OBJECTIVES:
+            raise ValueError(f"rollout_objective must be one of {ROLLOUT_OBJECTIVES}")
         if self.train_interval_s is not None and not self.train_interval_s > 0:
             raise ValueError("train_interval_s must be > 0")
         for name in ("slo_ttft_ms", "slo_tpot_ms"):

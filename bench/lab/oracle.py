@@ -48,15 +48,16 @@ from services.simulator.virtual_pod import VirtualPod
 ORACLE_TTFT = "oracle-ttft"
 ORACLE_TTFT_BLIND = "oracle-ttft-blind"
 ORACLE_PREDICTED = "oracle-predicted"
+ORACLE_ROLLOUT = "oracle-rollout"  # the non-greedy one-step rollout (bench/lab/rollout.py)
+ORACLE_ROLLOUT_BLIND = "oracle-rollout-blind"
 # lab-only reference policies -> the shipped profile whose cycle gives them their candidates
 # (oracle-predicted: whose cycle ranks, on the noise-blind oracle's TTFTs as predictions)
 REFERENCE_POLICIES: dict[str, str] = {
     ORACLE_TTFT: "least-request",
     ORACLE_TTFT_BLIND: "least-request",
     ORACLE_PREDICTED: "headroom-learned",
-    # the non-greedy one-step rollout over headroom (bench/lab/rollout.py)
-    "oracle-rollout": "headroom",
-    "oracle-rollout-blind": "headroom",
+    ORACLE_ROLLOUT: "headroom",
+    ORACLE_ROLLOUT_BLIND: "headroom",
 }
 # the greedy TTFT oracles: the ones that rank the pods themselves
 GREEDY_ORACLES = (ORACLE_TTFT, ORACLE_TTFT_BLIND)

@@ -40,21 +40,21 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from bench.lab.config import DEFAULT_HORIZON_S
-from bench.lab.oracle import ORACLE_PATH
+from bench.lab.config import DEFAULT_HORIZON_S, ROLLOUT_OBJECTIVES
+from bench.lab.oracle import ORACLE_PATH, ORACLE_ROLLOUT, ORACLE_ROLLOUT_BLIND
 from bench.lab.report import FAILED, REJECTED
 
 if TYPE_CHECKING:
     from bench.lab.simulation import LabSimulation, _Pending
     from services.gateway.scheduling.cycle import Decision
 
-ORACLE_ROLLOUT = "oracle-rollout"
-ORACLE_ROLLOUT_BLIND = "oracle-rollout-blind"
 ROLLOUT_POLICIES = (ORACLE_ROLLOUT, ORACLE_ROLLOUT_BLIND)
 DEFAULT_CAP_S = 60.0
-# a copy's score: the sum of the cohort's TTFTs (their mean), or of their squares (the tail
-# weighs more)
-OBJECTIVES = ("sum", "squares")
+
+
+def _waiting(rec) -> bool:
+    """No first token yet, and not rejected or failed (it may still get one)."""
+    return rec.first_token_s is None and rec.status not in (FAILED, REJECTED)
 
 
 class Rollout:
@@ -70,8 +70,8 @@ class Rollout:
     ) -> None:
         if horizon_s < 0 or cap_s <= 0:
             raise ValueError("rollout horizon_s must be >= 0 and cap_s > 0")
-        if objective not in OBJECTIVES:
-            raise ValueError(f"rollout objective must be one of {OBJECTIVES}")
+        if objective not in ROLLOUT_OBJECTIVES:
+            raise ValueError(f"rollout objective must be one of {ROLLOUT_OBJECTIVES}")
         self.foresight = foresight
         self.objective = objective
         self.horizon_s = horizon_s
@@ -90,8 +90,7 @@ class Rollout:
         for j in sim._order:
             if at[j] > until:
                 break
-            rec = records[j]
-            if rec.first_token_s is None and rec.status not in (FAILED, REJECTED):
+            if _waiting(records[j]):
                 out.append(j)
         return out
 
@@ -102,10 +101,7 @@ class Rollout:
         left = list(cohort)
 
         def done() -> bool:
-            while left:
-                rec = records[left[-1]]
-                if rec.first_token_s is None and rec.status not in (FAILED, REJECTED):
-                    break
+            while left and not _waiting(records[left[-1]]):
                 left.pop()
             return not left or sim._now > limit
 
