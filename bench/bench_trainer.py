@@ -1,6 +1,7 @@
 """Trainer benchmark: sample ingestion into the window and one training cycle on 50,000 samples.
 
     .venv/bin/python -m bench.bench_trainer [--samples 50000] [--ingest 100000] [--jetstream]
+        [--point-loss relative|squared]
 
 Measures, on synthetic samples with a vLLM-like latency shape:
 
@@ -171,6 +172,7 @@ def bench_cycle(samples: list[TrainingSample], config: FitConfig) -> dict:
     return {
         "samples": len(samples),
         "objective": config.objective,
+        "point_loss": config.point_loss,
         "rounds": config.rounds,
         "threads": config.nthread,
         "arrays_seconds": round(t2 - t1, 3),
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ingest", type=int, default=100_000, help="samples for the ingestion runs")
     p.add_argument("--samples", type=int, default=50_000, help="samples in the timed cycle")
     p.add_argument("--objective", default="mean", choices=["mean", "quantile", "both"])
+    p.add_argument("--point-loss", default="relative", choices=["relative", "squared"],
+                   help="loss of the mean models (relative also fits the level candidates)")  # fmt: skip
     p.add_argument("--threads", type=int, default=1, help="XGBoost threads")
     p.add_argument("--jetstream", action="store_true", help="also time ingestion via JetStream")
     args = p.parse_args(argv)
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     out["ingest_admit"] = bench_admit(messages, settings)
     if args.jetstream:
         out["ingest_jetstream"] = asyncio.run(bench_jetstream(ingest[:20_000]))
-    config = FitConfig(objective=args.objective, nthread=args.threads)
+    config = FitConfig(objective=args.objective, nthread=args.threads, point_loss=args.point_loss)
     out["cycle"] = bench_cycle(synthetic(args.samples, seed=2, prefix="c"), config)
     print(json.dumps(out, indent=2))
 
@@ -219,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  end to end through JetStream (fetch, admit, ack):          {j['samples_per_s']:,} samples/s"
         )
-    print(f"  training cycle on {c['samples']:,} samples ({c['objective']}, {c['rounds']} trees, "
+    print(f"  training cycle on {c['samples']:,} samples ({c['objective']}, {c['point_loss']} loss, "
+          f"{c['rounds']} trees, "
           f"{c['threads']} thread): {c['total_seconds']:.2f} s  (target <= 5 s; arrays "
           f"{c['arrays_seconds']:.2f} s, fit+evaluate+compare {c['cycle_seconds']:.2f} s)")  # fmt: skip
     print(f"  holdout MAPE: {c['mape']}  current on the same holdout: {c['current_mape']} "

@@ -123,10 +123,12 @@ class OnlineLearner:
         result = run_cycle(data, self.current, self.config, seed=s.seed)
         self._fitted_at_added = added_at
         self.cycles += 1
-        self.history.append(
-            {"t": round(now, 3), "decision": result.decision, "reason": result.reason,
-             "samples": result.samples}
-        )  # fmt: skip
+        entry = {"t": round(now, 3), "decision": result.decision, "reason": result.reason,
+                 "samples": result.samples}  # fmt: skip
+        levels = {m.spec.key: m.spec.level for m in result.models.values() if m.spec.relative}
+        if levels:  # a relative point model's chosen pinball level per key
+            entry["levels"] = levels
+        self.history.append(entry)
         if result.decision == REJECT:
             self.rejected += 1
             return None

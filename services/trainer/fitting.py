@@ -10,13 +10,14 @@ Usable in-process without NATS or Redis (the routing lab)::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import xgboost as xgb
 
 from services.trainer.window import N_FEATURES, WindowEntry, entries_of
 from shared.latency_model import (
+    LOSSES,
     TRANSFORMS,
     ModelSpec,
     booster_to_bytes,
@@ -29,6 +30,13 @@ from shared.schemas import TrainingSample
 
 OBJECTIVE_CHOICES = ("mean", "quantile", "both")
 BLOB_FORMAT = "ubj"
+# Pinball levels a relative mean model's level is chosen from (of log1p(ms)): the MAPE-best
+# level on the train suite's workloads ran from 0.15 (TPOT of short code answers) to 0.5
+# (TPOT of Azure's code trace); docs/benchmarks.md "The point model's loss"
+DEFAULT_POINT_LEVELS = (0.15, 0.25, 0.35, 0.5)
+SELECTION_ROWS = 4000  # rows each level candidate trains on, at most (a subsample: speed)
+SELECTION_SHARE = 0.2  # share of the rows held out to compare the level candidates
+MIN_SELECTION_ROWS = 50  # fewer labelled rows: no selection, the middle level is taken
 
 
 @dataclass(frozen=True)
@@ -48,12 +56,25 @@ class FitConfig:
     min_samples: int = 1  # labelled rows every target needs for a cycle to fit at all
     transform: str = "log"  # label transform (shared.latency_model.TRANSFORMS)
     features: str = "v1"  # feature set the models read (shared.features.FEATURE_SETS)
+    # the mean models' loss (shared.latency_model.LOSSES) and, for "relative", the pinball
+    # levels of the log target one is chosen from at every fit (select_level)
+    point_loss: str = "relative"
+    point_levels: tuple[float, ...] = DEFAULT_POINT_LEVELS
+    selection_rows: int = SELECTION_ROWS  # rows the level candidates train on, at most
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
             raise ValueError(f"objective must be one of {OBJECTIVE_CHOICES}")
         if self.transform not in TRANSFORMS:
             raise ValueError(f"transform must be one of {TRANSFORMS}")
+        if self.point_loss not in LOSSES:
+            raise ValueError(f"point_loss must be one of {LOSSES}")
+        if self.point_loss == "relative" and self.transform != "log":
+            raise ValueError("point_loss relative needs the log transform")
+        if not self.point_levels or any(not 0.0 < a < 1.0 for a in self.point_levels):
+            raise ValueError("point_levels must be levels in (0, 1), at least one")
+        if self.selection_rows < 1:
+            raise ValueError("selection_rows must be positive")
         if not self.targets:
             raise ValueError("at least one target")
         if not 0.0 <= self.holdout_fraction < 1.0:
@@ -64,7 +85,13 @@ class FitConfig:
         out: list[ModelSpec] = []
         for t in self.targets:
             if self.objective in ("mean", "both"):
-                out.append(ModelSpec(t, transform=self.transform, features=self.features))
+                relative = self.point_loss == "relative"
+                out.append(
+                    ModelSpec(
+                        t, transform=self.transform, features=self.features,
+                        loss=self.point_loss, level=self.point_levels[0] if relative else None,
+                    )
+                )  # fmt: skip
             if self.objective in ("quantile", "both"):
                 out.append(
                     ModelSpec(t, "quantile", self.quantile_alpha, self.transform, self.features)
@@ -85,6 +112,8 @@ class FitConfig:
             "margin": self.margin,
             "transform": self.transform,
             "features": self.features,
+            "point_loss": self.point_loss,
+            "point_levels": list(self.point_levels),
         }
 
 
@@ -140,6 +169,9 @@ class FittedModel:
     blob: bytes
     sha256: str
     samples: int  # training rows
+    # a relative model's level choice: MAPE of each candidate level on the rows held out
+    # for the choice (None: not chosen by comparison)
+    level_mape: dict[float, float] | None = None
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
         return predict_booster(self.booster, rows, self.spec.columns, self.spec.log)
@@ -171,19 +203,50 @@ def refit_gate(
     return not lacking, lacking
 
 
+def select_level(
+    x: np.ndarray, y: np.ndarray, spec: ModelSpec, config: FitConfig, *, seed: int = 0
+) -> tuple[float, dict[float, float] | None]:
+    """The pinball level of a relative mean model: each of ``config.point_levels`` is fitted
+    on a seeded sample of the rows (at most ``selection_rows``) and scored by MAPE on a
+    disjoint share of them (``SELECTION_SHARE``); the least MAPE wins (ties: the lower
+    level). Returns (level, MAPE per level); with one level, or fewer than
+    ``MIN_SELECTION_ROWS`` rows, the middle level and None."""
+    levels = tuple(sorted(config.point_levels))
+    n = len(y)
+    if len(levels) == 1 or n < MIN_SELECTION_ROWS:
+        return levels[len(levels) // 2], None
+    idx = np.random.default_rng(seed).permutation(n)
+    n_val = max(1, int(n * SELECTION_SHARE))
+    val, fit = idx[:n_val], idx[n_val : n_val + config.selection_rows]
+    scores: dict[float, float] = {}
+    for level in levels:
+        cand = replace(spec, level=level)
+        b = fit_booster(x[fit], y[fit], cand, rounds=config.rounds, params=config.xgb_params(),
+                        seed=seed)  # fmt: skip
+        mape = evaluate(predict_booster(b, x[val], cand.columns, cand.log), y[val], cand)["mape"]
+        scores[level] = float(mape)  # type: ignore[arg-type]
+    best = min(levels, key=lambda a: (scores[a], a))
+    return best, scores
+
+
 def fit_models(
     data: TrainingData, train: np.ndarray, config: FitConfig, *, seed: int = 0
 ) -> dict[str, FittedModel]:
-    """Fit every spec of ``config`` on the labelled rows selected by the ``train`` mask."""
+    """Fit every spec of ``config`` on the labelled rows selected by the ``train`` mask (a
+    relative mean model at the level :func:`select_level` chooses on those rows)."""
     out: dict[str, FittedModel] = {}
     for spec in config.specs():
         mask = train & data.labelled(spec.target)
         x, y = data.rows[mask], data.labels[spec.target][mask]
+        level_mape = None
+        if spec.relative:
+            level, level_mape = select_level(x, y, spec, config, seed=seed)
+            spec = replace(spec, level=level)
         booster = fit_booster(
             x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
         )
         blob = booster_to_bytes(booster)
-        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), int(mask.sum()))
+        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), int(mask.sum()), level_mape)
     return out
 
 

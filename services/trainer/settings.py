@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.trainer.fitting import FitConfig
+from services.trainer.fitting import DEFAULT_POINT_LEVELS, FitConfig
 from services.trainer.strata import DEFAULT_STRATA, Strata
 from services.trainer.validation import Limits
 from services.trainer.window import SampleWindow
@@ -49,7 +49,9 @@ class TrainerSettings(CommonSettings):
         30.0, gt=0, description="Seconds before JetStream redelivers an unacknowledged sample"
     )
     objective: Literal["mean", "quantile", "both"] = Field(
-        "mean", description="Model objective: mean (squared error), quantile, or both"
+        "mean",
+        description="Model objective: mean (the point prediction, fitted with point_loss), "
+        "quantile, or both",
     )
     quantile_alpha: float = Field(0.9, gt=0, lt=1, description="Quantile of quantile models")
     target_transform: Literal["none", "log"] = Field(
@@ -62,6 +64,20 @@ class TrainerSettings(CommonSettings):
         description="Feature columns the models read: v1 = llm-d's eleven, v2 = those plus "
         "the gateway's own estimates (backlog, cost-model prefill, protected decodes, decode "
         "batch, queue), v3 = v2 plus the pod's hardware class (shared/features.py)",
+    )
+    point_loss: Literal["squared", "relative"] = Field(
+        "relative",
+        description="Loss of the mean (point) models: relative, the pinball loss at the "
+        "level of point_levels whose model has the least MAPE on rows held out at each fit "
+        "(latencies are right-skewed: the least relative error lies below the median; needs "
+        "target_transform log), or squared error of the transformed label (with log, a geometric "
+        "mean; llm-d's loss on raw ms)",
+    )
+    point_levels: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_POINT_LEVELS),
+        description="Pinball levels of the log target a relative point model is chosen from "
+        "(JSON list; default [0.15, 0.25, 0.35, 0.5]; each candidate trains on at most 4,000 "
+        "rows)",
     )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
@@ -126,6 +142,19 @@ class TrainerSettings(CommonSettings):
     )
     seed: int = Field(0, description="Seed of the holdout split and XGBoost")
 
+    @field_validator("point_levels")
+    @classmethod
+    def _valid_levels(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 < a < 1.0 for a in v):
+            raise ValueError("point_levels: one or more levels in (0, 1)")
+        return v
+
+    @model_validator(mode="after")
+    def _relative_needs_log(self) -> TrainerSettings:
+        if self.point_loss == "relative" and self.target_transform != "log":
+            raise ValueError("point_loss relative needs target_transform log")
+        return self
+
     @field_validator("strata")
     @classmethod
     def _valid_strata(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -148,6 +177,8 @@ class TrainerSettings(CommonSettings):
             min_samples=self.min_samples,
             transform=self.target_transform,
             features=self.feature_set,
+            point_loss=self.point_loss,
+            point_levels=tuple(self.point_levels),
         )
 
     def shift_detector(self) -> ShiftDetector | None:

@@ -98,7 +98,9 @@ async def test_trainer_consumes_validates_fits_publishes_and_announces(isolated)
         assert await svc.fit_now() is None
         assert await svc.fit_now(force=True) is None
         assert svc.last_result.reason == "too_few_unseen_samples"
-        await publish_samples(js, names, make_samples(40, seed=6, prefix="n"))
+        # 200 new samples: enough that a candidate trained on 260 beats v1 (trained on 60) on
+        # the holdout drawn from them beyond noise, at any point loss
+        await publish_samples(js, names, make_samples(200, seed=6, prefix="n"))
         await eventually(lambda: svc.last_version == "v2")
         await eventually(lambda: len(announced) == 2)
         assert announced[1].version == "v2"
@@ -116,7 +118,7 @@ async def test_trainer_consumes_validates_fits_publishes_and_announces(isolated)
             async with http.get(f"{base}/health") as resp:
                 assert resp.status == 200
                 body = await resp.json()
-                assert body["ready"] and body["window"] == 100 and body["model_version"] == "v2"
+                assert body["ready"] and body["window"] == 260 and body["model_version"] == "v2"
                 assert body["last_decision"]["decision"] == "promote"
             async with http.get(f"{base}/metrics") as resp:
                 text = await resp.text()

@@ -185,15 +185,15 @@ def test_then_trace_shifts_the_workload_and_reports_the_timeline(mooncake, azure
 
 
 def test_llmd_predicted_learns_on_llmds_own_features_in_raw_ms():
-    """The upstream baseline fits llm-d's eleven columns (v1) in raw ms unless overridden;
-    our profiles keep the trainer's defaults (v2, log)."""
+    """The upstream baseline fits llm-d's eleven columns (v1) in raw ms with squared error
+    unless overridden; our profiles keep the trainer's defaults (v2, log, relative)."""
     from bench.lab.run import trainer_settings
 
     llmd = trainer_settings(LabConfig(trace="t.jsonl", policy="llmd-predicted"))
-    assert (llmd.feature_set, llmd.target_transform) == ("v1", "none")
+    assert (llmd.feature_set, llmd.target_transform, llmd.point_loss) == ("v1", "none", "squared")
     assert llmd.fit_config().features == "v1"
     ours = trainer_settings(LabConfig(trace="t.jsonl", policy="headroom-learned"))
-    assert (ours.feature_set, ours.target_transform) == ("v2", "log")
+    assert (ours.feature_set, ours.target_transform, ours.point_loss) == ("v2", "log", "relative")
     override = LabConfig(
         trace="t.jsonl", policy="llmd-predicted", trainer_overrides={"feature_set": "v2"}
     )

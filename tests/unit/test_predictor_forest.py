@@ -17,6 +17,7 @@ from shared.latency_model import LatencyModel
 from tests.unit.trainer_synth import synthetic_window
 
 N = len(FEATURES)
+LOSS = {"log": "relative", "none": "squared"}  # the relative loss needs the log transform
 
 
 def fit(params: dict, rounds: int, cols: int = 5, seed: int = 0, n: int = 600) -> xgb.Booster:
@@ -111,7 +112,7 @@ def window():
 
 @pytest.mark.parametrize("transform", ["log", "none"])
 def test_compiled_model_uses_the_forest_for_small_batches_only(window, transform):
-    cfg = FitConfig(rounds=60, transform=transform)
+    cfg = FitConfig(rounds=60, transform=transform, point_loss=LOSS[transform])
     data = TrainingData.from_entries(window.snapshot())
     model = LatencyModel.from_blobs(*build_meta("v1", 1.0, run_cycle(data, None, cfg), cfg))
     c = CompiledModel(model)

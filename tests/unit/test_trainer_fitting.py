@@ -202,8 +202,8 @@ def test_refit_gate(new, counts, force, expected):
 def test_log_transform_fits_relative_errors_and_predicts_milliseconds(train):
     """Log models (the default) are judged in ms like raw ones; on labels spanning decades
     they win on MAPE, raw ones on nothing the router uses."""
-    raw = run_cycle(train, None, FitConfig(rounds=60, transform="none"))
-    log = run_cycle(train, None, FitConfig(rounds=60, transform="log"))
+    raw = run_cycle(train, None, FitConfig(rounds=60, transform="none", point_loss="squared"))
+    log = run_cycle(train, None, FitConfig(rounds=60, transform="log", point_loss="squared"))
     assert log.models["ttft"].spec.transform == "log"
     assert raw.models["ttft"].spec.transform == "none"
     for key in ("ttft", "tpot"):

@@ -1,0 +1,176 @@
+"""The relative point loss: a mean model fitted for MAPE (pinball at a chosen level of the
+log target) on right-skewed latencies, the level's choice, its spec and metadata, and its
+serving through the predictor's compiled path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.predictor.inference import CompiledModel
+from services.trainer.cycle import build_meta, run_cycle
+from services.trainer.fitting import FitConfig, TrainingData, fit_models, select_level
+from services.trainer.settings import TrainerSettings
+from shared.features import FEATURES
+from shared.latency_model import LatencyModel, ModelSpec, evaluate, spec_from_info
+from shared.schemas import ModelMeta
+
+N = 3000
+
+
+def skewed(n: int, seed: int) -> TrainingData:
+    """Latencies that are a smooth function of two columns, times a right-skewed factor:
+    most requests see none of it, one in four is slowed two- to ten-fold (a long prefill
+    beside it), as the lab's TPOT is."""
+    rng = np.random.default_rng(seed)
+    rows = np.zeros((n, len(FEATURES)))
+    rows[:, 2] = rng.uniform(100, 8000, n)  # input tokens
+    rows[:, 4] = rng.integers(0, 32, n)  # running
+    base = 20.0 + 0.02 * rows[:, 2] + 1.5 * rows[:, 4]
+    slow = np.where(rng.random(n) < 0.25, rng.uniform(2.0, 10.0, n), 1.0)
+    noise = np.exp(rng.normal(0.0, 0.05, n))
+    y = base * slow * noise
+    return TrainingData.from_arrays(rows, {"ttft": y, "tpot": y / 10.0})
+
+
+@pytest.fixture(scope="module")
+def data() -> TrainingData:
+    return skewed(N, seed=1)
+
+
+@pytest.fixture(scope="module")
+def unseen() -> TrainingData:
+    return skewed(1000, seed=2)
+
+
+def _mape(model, rows, y) -> float:
+    return float(np.mean(np.abs(model.predict(rows) - y) / y))
+
+
+def test_relative_loss_has_less_relative_error_than_squared(data, unseen):
+    mask = np.ones(len(data), dtype=bool)
+    sq = fit_models(data, mask, FitConfig(targets=("ttft",), rounds=100, point_loss="squared"))[
+        "ttft"
+    ]
+    rel = fit_models(data, mask, FitConfig(targets=("ttft",), rounds=100, point_loss="relative"))[
+        "ttft"
+    ]
+    y = unseen.labels["ttft"]
+    assert rel.spec.relative and rel.spec.key == "ttft"
+    m_sq, m_rel = _mape(sq, unseen.rows, y), _mape(rel, unseen.rows, y)
+    # the 1/y-weighted median sits at the unslowed level: far less relative error
+    assert m_rel < 0.75 * m_sq, (m_rel, m_sq)
+    assert rel.spec.level < 0.5
+
+
+def test_the_chosen_level_has_the_least_error_on_the_held_out_rows(data):
+    cfg = FitConfig(targets=("ttft",), rounds=60, point_loss="relative",
+                    point_levels=(0.5, 0.15, 0.3))  # fmt: skip
+    x, y = data.rows, data.labels["ttft"]
+    level, scores = select_level(x, y, cfg.specs()[0], cfg, seed=0)
+    assert scores is not None and set(scores) == {0.15, 0.3, 0.5}
+    assert scores[level] == min(scores.values())
+    assert scores[0.5] > scores[level]  # skewed data: the median is not the best
+    again = select_level(x, y, cfg.specs()[0], cfg, seed=0)
+    assert again == (level, scores)  # deterministic per seed
+
+
+def test_too_few_rows_or_one_level_take_the_middle_level(data):
+    cfg = FitConfig(targets=("ttft",), rounds=5, point_loss="relative",
+                    point_levels=(0.1, 0.2, 0.4))  # fmt: skip
+    spec = cfg.specs()[0]
+    x, y = data.rows[:20], data.labels["ttft"][:20]
+    assert select_level(x, y, spec, cfg) == (0.2, None)
+    one = FitConfig(targets=("ttft",), rounds=5, point_loss="relative", point_levels=(0.3,))
+    assert select_level(data.rows, data.labels["ttft"], one.specs()[0], one) == (0.3, None)
+
+
+def test_selection_trains_on_at_most_selection_rows(data, monkeypatch):
+    import services.trainer.fitting as fitting
+
+    sizes: list[int] = []
+    real = fitting.fit_booster
+
+    def spy(x, y, spec, **kw):
+        sizes.append(len(y))
+        return real(x, y, spec, **kw)
+
+    monkeypatch.setattr(fitting, "fit_booster", spy)
+    cfg = FitConfig(targets=("ttft",), rounds=3, point_loss="relative", selection_rows=500)
+    fit_models(data, np.ones(len(data), dtype=bool), cfg)
+    # four candidate levels on 500 rows each, then the chosen one on every row
+    assert sizes == [500] * 4 + [len(data)]
+
+
+def test_relative_models_round_trip_through_metadata_and_serve(data):
+    cfg = FitConfig(rounds=30, point_loss="relative", objective="both", features="v2")
+    result = run_cycle(data, None, cfg)
+    meta, blobs = build_meta("v1", 1.0, result, cfg)
+    info = meta.targets["ttft"]
+    assert info["loss"] == "relative" and info["level"] == result.models["ttft"].spec.level
+    assert meta.params["point_loss"] == "relative"
+    loaded = LatencyModel.from_blobs(ModelMeta.decode(meta.encode()), blobs)
+    assert loaded.spec("ttft") == result.models["ttft"].spec
+    assert loaded.key_for("ttft", "mean") == "ttft"  # served where a mean model is
+    assert loaded.spec("ttft_p90").loss == "squared"  # quantile models have no loss
+    compiled = CompiledModel(loaded, "mean")
+    ttft, _ = compiled.predict(data.rows[:50].astype(np.float32))
+    assert np.array_equal(ttft, loaded.predict_key("ttft", data.rows[:50]))
+
+
+def test_a_relative_candidate_is_compared_with_a_squared_current_on_mape(data):
+    sq_cfg = FitConfig(targets=("ttft", "tpot"), rounds=30, point_loss="squared")
+    squared = run_cycle(data, None, sq_cfg)
+    meta, blobs = build_meta("v1", 1.0, squared, sq_cfg)
+    current = LatencyModel.from_blobs(meta, blobs)
+    later = TrainingData(data.rows, data.labels, data.ts + 10.0)  # unseen by the current
+    cfg = FitConfig(targets=("ttft", "tpot"), rounds=30, point_loss="relative")
+    result = run_cycle(later, current, cfg)
+    assert set(result.compared_keys) == {"ttft", "tpot"}
+    assert result.decision == "promote", result.reason
+    for key in ("ttft", "tpot"):
+        assert result.metrics[key]["mape"] < result.current_metrics[key]["mape"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"loss": "absolute"}, "unknown loss"),
+        ({"loss": "relative", "level": 0.3}, "log transform"),
+        ({"loss": "relative", "transform": "log"}, "level must be in"),
+        ({"loss": "relative", "transform": "log", "level": 1.0}, "level must be in"),
+        ({"level": 0.3}, "only a relative model has a level"),
+        ({"objective": "quantile", "loss": "relative", "transform": "log", "level": 0.3},
+         "only a mean model"),
+    ],
+)  # fmt: skip
+def test_bad_relative_specs(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ModelSpec("ttft", **kwargs)
+
+
+def test_spec_from_info_reads_loss_and_level():
+    spec = spec_from_info("tpot", {"transform": "log", "loss": "relative", "level": 0.25})
+    assert spec == ModelSpec("tpot", transform="log", loss="relative", level=0.25)
+    assert spec.params() == {"objective": "reg:quantileerror", "quantile_alpha": 0.25}
+    assert spec_from_info("tpot", {"transform": "log"}).loss == "squared"  # older versions
+    with pytest.raises(ValueError):
+        spec_from_info("tpot", {"transform": "log", "loss": "relative", "level": "low"})
+
+
+def test_evaluate_of_a_relative_model_is_mape():
+    spec = ModelSpec("ttft", transform="log", loss="relative", level=0.3)
+    assert spec.primary_metric == "mape"
+    m = evaluate(np.array([90.0]), np.array([100.0]), spec)
+    assert m["mape"] == pytest.approx(0.1)
+
+
+def test_settings():
+    cfg = TrainerSettings(point_loss="relative", point_levels=[0.2, 0.4]).fit_config()
+    assert cfg.point_loss == "relative" and cfg.point_levels == (0.2, 0.4)
+    with pytest.raises(ValueError, match="target_transform log"):
+        TrainerSettings(point_loss="relative", target_transform="none")
+    with pytest.raises(ValueError, match="point_levels"):
+        TrainerSettings(point_levels=[0.0, 0.5])
+    with pytest.raises(ValueError, match="point_levels"):
+        FitConfig(point_levels=())
