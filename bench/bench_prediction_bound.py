@@ -15,6 +15,10 @@ samples before and scored on the next ones, starting after ``--after`` samples:
   booster's base margin is log(1 + estimate_ms), so the trees learn log(actual / estimate)),
 - ``gateway v2, queued split``: llm-d's split, one model for rows with ``is_queued`` and one
   for the rest,
+- ``trainer v2, squared`` and ``trainer v2, relative``: the trainer's own fit
+  (services/trainer/fitting.fit_models on feature set v2, its default rounds and depth) with
+  squared error of log1p(ms) and with the relative point loss (pinball of log1p(ms) at the
+  level chosen at each refit by held-out MAPE; the chosen levels are reported),
 - ``analytic estimate``: TTFT = backlog + cost-model prefill, no learning,
 - ``state oracle``: the engine's exact state plus the request's own tokens and real cache hit
   (what no router can know, only better than it),
@@ -27,7 +31,7 @@ TPOT error without the trace's final drain (the last ``--tail`` seconds of arriv
 nothing arrives any more and TPOT falls to bare decode speed.
 
     headroom bench prediction-bound --trace ../shared/traces/X --rate-scale R
-        [--policy headroom] [--limit N] [--json OUT]
+        [--policy headroom] [--limit N] [--only 'SET;SET'] [--json OUT]
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import xgboost as xgb
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
+from services.trainer.fitting import FitConfig, TrainingData, fit_models
 from shared.features import ALL_COLUMNS, ESTIMATE_COLUMN, FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
 
 QUEUED = FEATURES.index("is_queued")
@@ -124,6 +129,30 @@ def walk_forward(
     return pred
 
 
+def walk_forward_trainer(
+    rows: np.ndarray, labels: dict[str, np.ndarray], *, after: int, step: int, config: FitConfig
+) -> tuple[dict[str, np.ndarray], list[dict[str, float]]]:
+    """The trainer's own models walk-forward: ``fit_models`` on every row before ``start``,
+    refitted every ``step`` rows, predicting rows ``start..start+step`` with each target's
+    point model; NaN before ``after``. Also returns each refit's relative levels."""
+    n = len(rows)
+    data = TrainingData(rows, labels, np.arange(n, dtype=np.float64))
+    pred = {t: np.full(n, np.nan) for t in labels}
+    levels: list[dict[str, float]] = []
+    for start in range(max(after, 1), n, step):
+        train = np.arange(n) < start
+        models = fit_models(data, train, config)
+        stop = min(n, start + step)
+        chosen = {}
+        for m in models.values():
+            if m.spec.objective == "mean":
+                pred[m.spec.target][start:stop] = m.predict(rows[start:stop])
+                if m.spec.relative:
+                    chosen[m.spec.target] = m.spec.level
+        levels.append(chosen)
+    return pred, levels
+
+
 def errors(pred: np.ndarray, y: np.ndarray, mask: np.ndarray) -> dict[str, float | int | None]:
     m = mask & np.isfinite(pred) & np.isfinite(y)
     if not m.any():
@@ -133,8 +162,16 @@ def errors(pred: np.ndarray, y: np.ndarray, mask: np.ndarray) -> dict[str, float
             "n": int(m.sum())}  # fmt: skip
 
 
-def evaluate(data: dict[str, np.ndarray], *, after: int, step: int, tail_s: float) -> dict:
-    """Errors per target and feature set (see the module docstring)."""
+def evaluate(
+    data: dict[str, np.ndarray],
+    *,
+    after: int,
+    step: int,
+    tail_s: float,
+    only: frozenset[str] | None = None,
+) -> dict:
+    """Errors per target and feature set (see the module docstring); ``only``: the names of
+    the sets to compute (default every one)."""
     order = np.argsort(data["t"], kind="stable")
     d = {k: v[order] for k, v in data.items()}
     rows, state, own = d["rows"], d["state"], d["own"]
@@ -161,11 +198,26 @@ def evaluate(data: dict[str, np.ndarray], *, after: int, step: int, tail_s: floa
         if target == "ttft":
             res["analytic estimate"] = errors(estimate, y, scored)
         for name, (x, kw) in sets.items():
+            if only is not None and name not in only:
+                continue
             pred = walk_forward(x, y, after=after, step=step, **kw)
             res[name] = errors(pred, y, scored)
             if target == "tpot":
                 res[name]["without_final_drain"] = errors(pred, y, steady)
         out[target] = res
+    labels = {"ttft": d["ttft"], "tpot": d["tpot"]}
+    for loss in ("squared", "relative"):
+        name = f"trainer v2, {loss}"
+        if only is not None and name not in only:
+            continue
+        config = FitConfig(features="v2", point_loss=loss)
+        preds, levels = walk_forward_trainer(rows, labels, after=after, step=step, config=config)
+        for target, pred in preds.items():
+            out[target][name] = errors(pred, labels[target], scored)
+            if target == "tpot":
+                out[target][name]["without_final_drain"] = errors(pred, labels[target], steady)
+            if loss == "relative":
+                out[target][name]["levels"] = [c.get(target) for c in levels]
     return out
 
 
@@ -197,8 +249,12 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--step", type=int, default=500, help="refit every this many samples")
     p.add_argument("--tail", type=float, default=30.0, help="seconds of final drain to leave "
                    "out of the second TPOT figure")  # fmt: skip
+    p.add_argument("--only", help="names of the feature sets to fit, separated by ';' (names "
+                   "hold commas), e.g. 'trainer v2, squared;trainer v2, relative'; default: "
+                   "every one")  # fmt: skip
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
+    only = None if a.only is None else frozenset(x.strip() for x in a.only.split(";"))
     started = time.perf_counter()
     config = LabConfig(trace=a.trace, policy=a.policy, pods=a.pods, rate_scale=a.rate_scale,
                        limit=a.limit, seed=a.seed, streaming=True)  # fmt: skip
@@ -206,7 +262,7 @@ def run(argv: list[str] | None = None) -> int:
     result = {
         "policy": a.policy, "trace": report["trace"], "rate_scale": a.rate_scale,
         "pods": a.pods, "requests": len(data["ttft"]), "after": a.after, "step": a.step,
-        "errors": evaluate(data, after=a.after, step=a.step, tail_s=a.tail),
+        "errors": evaluate(data, after=a.after, step=a.step, tail_s=a.tail, only=only),
         "lab_prediction": report["prediction"],
         "wall_seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip

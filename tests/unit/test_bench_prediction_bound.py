@@ -32,8 +32,15 @@ def test_collect_and_evaluate_on_a_small_lab_run(tmp_path):
     out = evaluate(data, after=60, step=30, tail_s=1.0)
     for target in ("ttft", "tpot"):
         want = {"gateway", "gateway v2", "gateway v2, queued split", "state oracle",
-                "gateway + state oracle", "gateway v2 + state oracle"}  # fmt: skip
+                "gateway + state oracle", "gateway v2 + state oracle",
+                "trainer v2, squared", "trainer v2, relative"}  # fmt: skip
         if target == "ttft":
             want |= {"gateway v2, residual", "analytic estimate"}
         assert set(out[target]) == want
         assert all(v["n"] > 0 and v["mape"] >= 0 for v in out[target].values())
+        # the trainer's relative fit reports the level it chose at each of the two refits
+        levels = out[target]["trainer v2, relative"]["levels"]
+        assert len(levels) == 2 and all(a in (0.15, 0.25, 0.35, 0.5) for a in levels)
+    only = evaluate(data, after=60, step=30, tail_s=1.0, only=frozenset({"trainer v2, squared"}))
+    assert set(only["tpot"]) == {"trainer v2, squared"}
+    assert set(only["ttft"]) == {"analytic estimate", "trainer v2, squared"}
