@@ -16,9 +16,9 @@ log target, chosen per fit (services/trainer/fitting.py) as the level whose mode
 least MAPE on rows it did not train on. Latencies given the features are right-skewed (a
 long prefill arriving beside a decode slows it many-fold, most requests see nothing of the
 kind), and the prediction that minimises the mean *relative* error is the 1/y-weighted
-median, below the median: on the routing lab's Mooncake trace the squared loss gave TTFT /
-TPOT MAPE 24.9% / 49.4% and pinball levels 0.3 / 0.2 gave 16.1% / 30.5% (docs/benchmarks.md
-"The point model's loss"). The key stays the target's plain name: a relative model is served
+median, below the median: walk-forward on the routing lab's Mooncake trace (`bench
+prediction-bound`) the squared loss gave TTFT / TPOT MAPE 24.9% / 50.4% and the chosen
+levels (0.35 / 0.25) 16.1% / 33.2% (docs/benchmarks.md "The point model's loss"). The key stays the target's plain name: a relative model is served
 wherever a mean model is.
 """
 
