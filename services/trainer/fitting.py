@@ -70,7 +70,7 @@ class FitConfig:
         if self.point_loss not in LOSSES:
             raise ValueError(f"point_loss must be one of {LOSSES}")
         if self.point_loss == "relative" and self.transform != "log":
-            raise ValueError("point_loss relative needs the log transform")
+            raise ValueError("point_loss relative needs the log transform (target_transform log)")
         if not self.point_levels or any(not 0.0 < a < 1.0 for a in self.point_levels):
             raise ValueError("point_levels must be levels in (0, 1), at least one")
         if self.selection_rows < 1:
@@ -85,11 +85,12 @@ class FitConfig:
         out: list[ModelSpec] = []
         for t in self.targets:
             if self.objective in ("mean", "both"):
-                relative = self.point_loss == "relative"
+                # a relative spec carries the middle level until select_level picks one
+                level = self.middle_level if self.point_loss == "relative" else None
                 out.append(
                     ModelSpec(
                         t, transform=self.transform, features=self.features,
-                        loss=self.point_loss, level=self.point_levels[0] if relative else None,
+                        loss=self.point_loss, level=level,
                     )
                 )  # fmt: skip
             if self.objective in ("quantile", "both"):
@@ -97,6 +98,12 @@ class FitConfig:
                     ModelSpec(t, "quantile", self.quantile_alpha, self.transform, self.features)
                 )
         return tuple(out)
+
+    @property
+    def middle_level(self) -> float:
+        """The level a relative model takes when none is chosen by comparison."""
+        levels = sorted(self.point_levels)
+        return levels[len(levels) // 2]
 
     def xgb_params(self) -> dict[str, object]:
         return {"max_depth": self.max_depth, "eta": self.eta, "nthread": self.nthread}
@@ -169,9 +176,6 @@ class FittedModel:
     blob: bytes
     sha256: str
     samples: int  # training rows
-    # a relative model's level choice: MAPE of each candidate level on the rows held out
-    # for the choice (None: not chosen by comparison)
-    level_mape: dict[float, float] | None = None
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
         return predict_booster(self.booster, rows, self.spec.columns, self.spec.log)
@@ -214,7 +218,7 @@ def select_level(
     levels = tuple(sorted(config.point_levels))
     n = len(y)
     if len(levels) == 1 or n < MIN_SELECTION_ROWS:
-        return levels[len(levels) // 2], None
+        return config.middle_level, None
     idx = np.random.default_rng(seed).permutation(n)
     n_val = max(1, int(n * SELECTION_SHARE))
     val, fit = idx[:n_val], idx[n_val : n_val + config.selection_rows]
@@ -238,15 +242,13 @@ def fit_models(
     for spec in config.specs():
         mask = train & data.labelled(spec.target)
         x, y = data.rows[mask], data.labels[spec.target][mask]
-        level_mape = None
         if spec.relative:
-            level, level_mape = select_level(x, y, spec, config, seed=seed)
-            spec = replace(spec, level=level)
+            spec = replace(spec, level=select_level(x, y, spec, config, seed=seed)[0])
         booster = fit_booster(
             x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
         )
         blob = booster_to_bytes(booster)
-        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), int(mask.sum()), level_mape)
+        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), int(mask.sum()))
     return out
 
 

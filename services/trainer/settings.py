@@ -142,17 +142,9 @@ class TrainerSettings(CommonSettings):
     )
     seed: int = Field(0, description="Seed of the holdout split and XGBoost")
 
-    @field_validator("point_levels")
-    @classmethod
-    def _valid_levels(cls, v: list[float]) -> list[float]:
-        if not v or any(not 0.0 < a < 1.0 for a in v):
-            raise ValueError("point_levels: one or more levels in (0, 1)")
-        return v
-
     @model_validator(mode="after")
-    def _relative_needs_log(self) -> TrainerSettings:
-        if self.point_loss == "relative" and self.target_transform != "log":
-            raise ValueError("point_loss relative needs target_transform log")
+    def _fit_config_is_valid(self) -> TrainerSettings:
+        self.fit_config()  # FitConfig checks its own fields (point loss, levels, transform)
         return self
 
     @field_validator("strata")
