@@ -35,6 +35,12 @@ BLOB_FORMAT = "ubj"
 # (TPOT of Azure's code trace); docs/benchmarks.md "The point model's loss"
 DEFAULT_POINT_LEVELS = (0.15, 0.25, 0.35, 0.5)
 SELECTION_ROWS = 4000  # rows each level candidate trains on, at most (a subsample: speed)
+# the level candidates are fitted coarser than the model (speed; they only rank the levels):
+# this many rounds at the model's learning budget (eta x rounds, eta at most 0.3), and
+# features binned into SELECTION_MAX_BIN histogram bins (XGBoost's default is 256). The
+# selection then costs about a fifth of a full-size candidate fit (bench_trainer)
+SELECTION_ROUNDS = 80
+SELECTION_MAX_BIN = 64
 SELECTION_SHARE = 0.2  # share of the rows held out to compare the level candidates
 MIN_SELECTION_ROWS = 50  # fewer labelled rows: no selection, the middle level is taken
 
@@ -61,6 +67,7 @@ class FitConfig:
     point_loss: str = "relative"
     point_levels: tuple[float, ...] = DEFAULT_POINT_LEVELS
     selection_rows: int = SELECTION_ROWS  # rows the level candidates train on, at most
+    selection_rounds: int = SELECTION_ROUNDS  # rounds of a level candidate, at most
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
@@ -73,8 +80,8 @@ class FitConfig:
             raise ValueError("point_loss relative needs the log transform (target_transform log)")
         if not self.point_levels or any(not 0.0 < a < 1.0 for a in self.point_levels):
             raise ValueError("point_levels must be levels in (0, 1), at least one")
-        if self.selection_rows < 1:
-            raise ValueError("selection_rows must be positive")
+        if self.selection_rows < 1 or self.selection_rounds < 1:
+            raise ValueError("selection_rows and selection_rounds must be positive")
         if not self.targets:
             raise ValueError("at least one target")
         if not 0.0 <= self.holdout_fraction < 1.0:
@@ -107,6 +114,14 @@ class FitConfig:
 
     def xgb_params(self) -> dict[str, object]:
         return {"max_depth": self.max_depth, "eta": self.eta, "nthread": self.nthread}
+
+    def selection_fit(self) -> tuple[int, dict[str, object]]:
+        """Rounds and XGBoost parameters of a level candidate (select_level): at most
+        ``selection_rounds`` rounds, eta raised to keep the model's eta x rounds (raised to
+        at most 0.3; never below the model's own), SELECTION_MAX_BIN bins."""
+        rounds = min(self.rounds, self.selection_rounds)
+        eta = max(self.eta, min(0.3, self.eta * self.rounds / rounds))
+        return rounds, {**self.xgb_params(), "eta": eta, "max_bin": SELECTION_MAX_BIN}
 
     def describe(self) -> dict[str, object]:
         return {
@@ -211,10 +226,11 @@ def select_level(
     x: np.ndarray, y: np.ndarray, spec: ModelSpec, config: FitConfig, *, seed: int = 0
 ) -> tuple[float, dict[float, float] | None]:
     """The pinball level of a relative mean model: each of ``config.point_levels`` is fitted
-    on a seeded sample of the rows (at most ``selection_rows``) and scored by MAPE on a
-    disjoint share of them (``SELECTION_SHARE``); the least MAPE wins (ties: the lower
-    level). Returns (level, MAPE per level); with one level, or fewer than
-    ``MIN_SELECTION_ROWS`` rows, the middle level and None."""
+    on a seeded sample of the rows (at most ``selection_rows``; coarser than the model, see
+    :meth:`FitConfig.selection_fit`) and scored by MAPE on a disjoint share of them
+    (``SELECTION_SHARE``); the least MAPE wins (ties: the lower level). Returns (level, MAPE
+    per level); with one level, or fewer than ``MIN_SELECTION_ROWS`` rows, the middle level
+    and None."""
     levels = tuple(sorted(config.point_levels))
     n = len(y)
     if len(levels) == 1 or n < MIN_SELECTION_ROWS:
@@ -222,11 +238,11 @@ def select_level(
     idx = np.random.default_rng(seed).permutation(n)
     n_val = max(1, int(n * SELECTION_SHARE))
     val, fit = idx[:n_val], idx[n_val : n_val + config.selection_rows]
+    rounds, params = config.selection_fit()
     scores: dict[float, float] = {}
     for level in levels:
         cand = replace(spec, level=level)
-        b = fit_booster(x[fit], y[fit], cand, rounds=config.rounds, params=config.xgb_params(),
-                        seed=seed)  # fmt: skip
+        b = fit_booster(x[fit], y[fit], cand, rounds=rounds, params=params, seed=seed)
         mape = evaluate(predict_booster(b, x[val], cand.columns, cand.log), y[val], cand)["mape"]
         scores[level] = float(mape)  # type: ignore[arg-type]
     best = min(levels, key=lambda a: (scores[a], a))

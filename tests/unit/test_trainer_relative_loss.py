@@ -174,3 +174,32 @@ def test_settings():
         TrainerSettings(point_levels=[0.0, 0.5])
     with pytest.raises(ValueError, match="point_levels"):
         FitConfig(point_levels=())
+
+
+def test_level_candidates_are_fitted_coarser_at_the_same_learning_budget(data, monkeypatch):
+    import services.trainer.fitting as fitting
+
+    calls: list[tuple[int, dict]] = []
+    real = fitting.fit_booster
+
+    def spy(x, y, spec, *, rounds, params, seed):
+        calls.append((rounds, params))
+        return real(x, y, spec, rounds=rounds, params=params, seed=seed)
+
+    monkeypatch.setattr(fitting, "fit_booster", spy)
+    cfg = FitConfig(targets=("ttft",), rounds=200, eta=0.05, point_loss="relative")
+    fit_models(data, np.ones(len(data), dtype=bool), cfg)
+    *candidates, final = calls
+    assert len(candidates) == len(cfg.point_levels)
+    for rounds, params in candidates:
+        assert rounds == fitting.SELECTION_ROUNDS == 80
+        assert params["eta"] == pytest.approx(0.05 * 200 / 80)
+        assert params["max_bin"] == fitting.SELECTION_MAX_BIN
+    assert final == (200, cfg.xgb_params())  # the model itself at the configured size
+    # a small model is not enlarged, a fast learner not slowed, the raised eta is capped
+    assert FitConfig(rounds=30, eta=0.05).selection_fit()[0] == 30
+    assert FitConfig(rounds=30, eta=0.05).selection_fit()[1]["eta"] == 0.05
+    assert FitConfig(rounds=400, eta=0.5).selection_fit()[1]["eta"] == 0.5
+    assert FitConfig(rounds=800, eta=0.1).selection_fit()[1]["eta"] == 0.3
+    with pytest.raises(ValueError, match="selection_rounds"):
+        FitConfig(selection_rounds=0)
