@@ -224,15 +224,29 @@ def redis_options(settings: CommonSettings) -> tuple[str, dict[str, Any]]:
     return url, opts
 
 
+REDIS_CONNECT_TIMEOUT_S = 2.0
+
+
 def connect_redis(target: str | CommonSettings) -> aioredis.Redis:
     """An asyncio Redis client returning bytes (model blobs are binary), for ``target`` (a
-    URL, or a service's settings: URL, ACL credentials and TLS). Connects lazily: call
-    :func:`check_redis` to find out at start whether the credentials are accepted."""
+    URL, or a service's settings: URL, ACL credentials, TLS and ``redis_timeout_s``).
+    Connects lazily: call :func:`check_redis` to find out at start whether the credentials
+    are accepted. Every command fails after ``redis_timeout_s`` without a reply (redis-py
+    waits forever by default: a Redis that stops answering on an open connection hung the
+    predictor's model load, and its load lock with it)."""
     if isinstance(target, CommonSettings):
         url, options = redis_options(target)
+        timeout = target.redis_timeout_s
     else:
         url, options = target, {}
-    return aioredis.from_url(url, decode_responses=False, socket_connect_timeout=2.0, **options)
+        timeout = CommonSettings.model_fields["redis_timeout_s"].default
+    return aioredis.from_url(
+        url,
+        decode_responses=False,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+        socket_timeout=timeout,
+        **options,
+    )
 
 
 async def check_redis(r: aioredis.Redis, url: str, name: str) -> bool:
