@@ -18,7 +18,8 @@ samples before and scored on the next ones, starting after ``--after`` samples:
 - ``trainer v2, squared`` and ``trainer v2, relative``: the trainer's own fit
   (services/trainer/fitting.fit_models on feature set v2, its default rounds and depth) with
   squared error of log1p(ms) and with the relative point loss (pinball of log1p(ms) at the
-  level chosen at each refit by held-out MAPE; the chosen levels are reported),
+  level chosen at each refit by MAPE on a random share of the rows, or the newest with
+  ``--level-selection recent``; the chosen levels are reported),
 - ``analytic estimate``: TTFT = backlog + cost-model prefill, no learning,
 - ``state oracle``: the engine's exact state plus the request's own tokens and real cache hit
   (what no router can know, only better than it),
@@ -169,9 +170,11 @@ def evaluate(
     step: int,
     tail_s: float,
     only: frozenset[str] | None = None,
+    level_selection: str = "random",
 ) -> dict:
     """Errors per target and feature set (see the module docstring); ``only``: the names of
-    the sets to compute (default every one)."""
+    the sets to compute (default every one); ``level_selection``: the trainer fits' rows for
+    choosing the relative level (FitConfig.selection_split)."""
     order = np.argsort(data["t"], kind="stable")
     d = {k: v[order] for k, v in data.items()}
     rows, state, own = d["rows"], d["state"], d["own"]
@@ -210,7 +213,7 @@ def evaluate(
         name = f"trainer v2, {loss}"
         if only is not None and name not in only:
             continue
-        config = FitConfig(features="v2", point_loss=loss)
+        config = FitConfig(features="v2", point_loss=loss, selection_split=level_selection)
         preds, levels = walk_forward_trainer(rows, labels, after=after, step=step, config=config)
         for target, pred in preds.items():
             out[target][name] = errors(pred, labels[target], scored)
@@ -252,6 +255,9 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="names of the feature sets to fit, separated by ';' (names "
                    "hold commas), e.g. 'trainer v2, squared;trainer v2, relative'; default: "
                    "every one")  # fmt: skip
+    p.add_argument("--level-selection", choices=("random", "recent"), default="random",
+                   help="rows the trainer fits choose the relative level on (the trainer's "
+                   "level_selection)")  # fmt: skip
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
     only = None if a.only is None else frozenset(x.strip() for x in a.only.split(";"))
@@ -262,7 +268,9 @@ def run(argv: list[str] | None = None) -> int:
     result = {
         "policy": a.policy, "trace": report["trace"], "rate_scale": a.rate_scale,
         "pods": a.pods, "requests": len(data["ttft"]), "after": a.after, "step": a.step,
-        "errors": evaluate(data, after=a.after, step=a.step, tail_s=a.tail, only=only),
+        "errors": evaluate(data, after=a.after, step=a.step, tail_s=a.tail, only=only,
+                           level_selection=a.level_selection),
+        "level_selection": a.level_selection,
         "lab_prediction": report["prediction"],
         "wall_seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip

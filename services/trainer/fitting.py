@@ -42,6 +42,7 @@ SELECTION_ROWS = 4000  # rows each level candidate trains on, at most (a subsamp
 SELECTION_ROUNDS = 80
 SELECTION_MAX_BIN = 64
 SELECTION_SHARE = 0.2  # share of the rows held out to compare the level candidates
+SELECTION_SPLITS = ("random", "recent")
 MIN_SELECTION_ROWS = 50  # fewer labelled rows: no selection, the middle level is taken
 
 
@@ -68,6 +69,10 @@ class FitConfig:
     point_levels: tuple[float, ...] = DEFAULT_POINT_LEVELS
     selection_rows: int = SELECTION_ROWS  # rows the level candidates train on, at most
     selection_rounds: int = SELECTION_ROUNDS  # rounds of a level candidate, at most
+    # which rows score the level candidates: "random" (a seeded share) or "recent" (the
+    # newest share; the candidates train on the rows before it: the model predicts what
+    # comes after its window). docs/benchmarks.md "Choosing the level on the newest rows"
+    selection_split: str = "random"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
@@ -80,6 +85,8 @@ class FitConfig:
             raise ValueError("point_loss relative needs the log transform (target_transform log)")
         if not self.point_levels or any(not 0.0 < a < 1.0 for a in self.point_levels):
             raise ValueError("point_levels must be levels in (0, 1), at least one")
+        if self.selection_split not in SELECTION_SPLITS:
+            raise ValueError(f"selection_split must be one of {SELECTION_SPLITS}")
         if self.selection_rows < 1 or self.selection_rounds < 1:
             raise ValueError("selection_rows and selection_rounds must be positive")
         if not self.targets:
@@ -223,20 +230,32 @@ def refit_gate(
 
 
 def select_level(
-    x: np.ndarray, y: np.ndarray, spec: ModelSpec, config: FitConfig, *, seed: int = 0
+    x: np.ndarray,
+    y: np.ndarray,
+    spec: ModelSpec,
+    config: FitConfig,
+    *,
+    seed: int = 0,
+    ts: np.ndarray | None = None,
 ) -> tuple[float, dict[float, float] | None]:
     """The pinball level of a relative mean model: each of ``config.point_levels`` is fitted
-    on a seeded sample of the rows (at most ``selection_rows``; coarser than the model, see
+    on at most ``selection_rows`` rows (coarser than the model, see
     :meth:`FitConfig.selection_fit`) and scored by MAPE on a disjoint share of them
-    (``SELECTION_SHARE``); the least MAPE wins (ties: the lower level). Returns (level, MAPE
-    per level); with one level, or fewer than ``MIN_SELECTION_ROWS`` rows, the middle level
-    and None."""
+    (``SELECTION_SHARE``): with ``selection_split`` "recent" the newest share by ``ts`` (the
+    candidates train on the newest rows before it), with "random" a seeded share. The least
+    MAPE wins (ties: the lower level). Returns (level, MAPE per level); with one level, or
+    fewer than ``MIN_SELECTION_ROWS`` rows, the middle level and None."""
     levels = tuple(sorted(config.point_levels))
     n = len(y)
     if len(levels) == 1 or n < MIN_SELECTION_ROWS:
         return config.middle_level, None
-    idx = np.random.default_rng(seed).permutation(n)
     n_val = max(1, int(n * SELECTION_SHARE))
+    if config.selection_split == "recent":
+        if ts is None or len(ts) != n:
+            raise ValueError("a recent level selection needs every row's time (ts)")
+        idx = np.argsort(-ts, kind="stable")  # newest first
+    else:
+        idx = np.random.default_rng(seed).permutation(n)
     val, fit = idx[:n_val], idx[n_val : n_val + config.selection_rows]
     rounds, params = config.selection_fit()
     scores: dict[float, float] = {}
@@ -259,7 +278,8 @@ def fit_models(
         mask = train & data.labelled(spec.target)
         x, y = data.rows[mask], data.labels[spec.target][mask]
         if spec.relative:
-            spec = replace(spec, level=select_level(x, y, spec, config, seed=seed)[0])
+            ts = data.ts[mask]
+            spec = replace(spec, level=select_level(x, y, spec, config, seed=seed, ts=ts)[0])
         booster = fit_booster(
             x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
         )

@@ -79,6 +79,13 @@ class TrainerSettings(CommonSettings):
         "(JSON list; default [0.15, 0.25, 0.35, 0.5]; each candidate trains on at most 4,000 "
         "rows)",
     )
+    level_selection: Literal["random", "recent"] = Field(
+        "random",
+        description="Rows the point levels are compared on at each fit: random (a seeded "
+        "fifth of the window) or recent (the newest fifth; the candidates train on the rows "
+        "before it, as the model will predict requests that come after its window; better "
+        "on the train suite, worse on the validation set: docs/benchmarks.md)",
+    )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
     )
@@ -171,6 +178,7 @@ class TrainerSettings(CommonSettings):
             features=self.feature_set,
             point_loss=self.point_loss,
             point_levels=tuple(self.point_levels),
+            selection_split=self.level_selection,
         )
 
     def shift_detector(self) -> ShiftDetector | None:

@@ -4,6 +4,8 @@ serving through the predictor's compiled path."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -66,13 +68,18 @@ def test_relative_loss_has_less_relative_error_than_squared(data, unseen):
 def test_the_chosen_level_has_the_least_error_on_the_held_out_rows(data):
     cfg = FitConfig(targets=("ttft",), rounds=60, point_loss="relative",
                     point_levels=(0.5, 0.15, 0.3))  # fmt: skip
-    x, y = data.rows, data.labels["ttft"]
-    level, scores = select_level(x, y, cfg.specs()[0], cfg, seed=0)
-    assert scores is not None and set(scores) == {0.15, 0.3, 0.5}
-    assert scores[level] == min(scores.values())
-    assert scores[0.5] > scores[level]  # skewed data: the median is not the best
-    again = select_level(x, y, cfg.specs()[0], cfg, seed=0)
-    assert again == (level, scores)  # deterministic per seed
+    x, y, ts = data.rows, data.labels["ttft"], data.ts
+    for split in ("recent", "random"):
+        c = replace(cfg, selection_split=split)
+        level, scores = select_level(x, y, c.specs()[0], c, seed=0, ts=ts)
+        assert scores is not None and set(scores) == {0.15, 0.3, 0.5}
+        assert scores[level] == min(scores.values())
+        assert scores[0.5] > scores[level]  # skewed data: the median is not the best
+        again = select_level(x, y, c.specs()[0], c, seed=0, ts=ts)
+        assert again == (level, scores)  # deterministic per seed
+    recent = replace(cfg, selection_split="recent")
+    with pytest.raises(ValueError, match="every row's time"):
+        select_level(x, y, recent.specs()[0], recent)  # recent needs the times
 
 
 def test_too_few_rows_or_one_level_take_the_middle_level(data):
@@ -203,3 +210,52 @@ def test_level_candidates_are_fitted_coarser_at_the_same_learning_budget(data, m
     assert FitConfig(rounds=800, eta=0.1).selection_fit()[1]["eta"] == 0.3
     with pytest.raises(ValueError, match="selection_rounds"):
         FitConfig(selection_rounds=0)
+
+
+def test_recent_selection_scores_the_levels_on_the_newest_rows(data, monkeypatch):
+    import services.trainer.fitting as fitting
+
+    n = len(data)
+    ts = np.arange(n, dtype=float)[::-1].copy()  # newest rows first: order is not time
+    rows = data.rows.copy()
+    rows[:, 0] = ts  # column 0 (is_queued) carries each row's time, to see which rows fit
+    fitted: list[np.ndarray] = []
+    real = fitting.fit_booster
+
+    def spy(x, y, spec, **kw):
+        fitted.append(x[:, 0].copy())
+        return real(x, y, spec, **kw)
+
+    monkeypatch.setattr(fitting, "fit_booster", spy)
+    cfg = FitConfig(targets=("ttft",), rounds=5, point_loss="relative", selection_split="recent")
+    spec = cfg.specs()[0]
+    select_level(rows, data.labels["ttft"], spec, cfg, ts=ts)
+    newest = int(n * fitting.SELECTION_SHARE)
+    for cols in fitted:  # every candidate trains only on rows older than the scored ones
+        assert cols.max() < n - newest
+        assert len(cols) == min(cfg.selection_rows, n - newest)
+    fitted.clear()
+    random_cfg = replace(cfg, selection_split="random")
+    select_level(rows, data.labels["ttft"], spec, random_cfg, ts=ts)
+    assert max(c.max() for c in fitted) >= n - newest  # a random share mixes times
+    with pytest.raises(ValueError, match="selection_split"):
+        FitConfig(selection_split="oldest")
+
+
+def test_recent_selection_follows_a_ramp_the_features_do_not_show():
+    """Latencies that grow with time at equal features (load rising beyond what the row
+    shows): the levels scored on the newest rows choose a higher level than a random share."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    rows = np.zeros((n, len(FEATURES)))
+    rows[:, 2] = rng.uniform(100, 8000, n)
+    ts = np.arange(n, dtype=float)
+    ramp = np.exp(1.5 * ts / n)  # 4.5x over the window
+    y = (20.0 + 0.02 * rows[:, 2]) * ramp * np.exp(rng.normal(0.0, 0.3, n))
+    levels = (0.15, 0.25, 0.35, 0.5, 0.65, 0.8)
+    chosen = {}
+    for split in ("random", "recent"):
+        cfg = FitConfig(targets=("ttft",), rounds=60, point_loss="relative", point_levels=levels,
+                        selection_split=split)  # fmt: skip
+        chosen[split] = select_level(rows, y, cfg.specs()[0], cfg, ts=ts)[0]
+    assert chosen["recent"] > chosen["random"], chosen
