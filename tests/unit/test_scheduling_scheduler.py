@@ -371,3 +371,24 @@ def test_headroom_asks_the_predictors_only_for_sheddable_requests_with_slos():
     assert sched.reads_predictions(req(ttft=500, priority=-1))
     assert CFG.scheduler("llmd-predicted").reads_predictions(req())
     assert not CFG.scheduler("gie-default").reads_predictions(req())
+
+
+def test_a_shortlist_lets_the_predictions_rank_only_the_least_estimated_pods():
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    # estimated own TTFT (backlog + service): 0.2 / 0.5 / 3.0 s; predicted: 400 / 300 / 100 ms
+    pods = [P(backlog=0.0, service=0.2, pred=(400, 10)), P(backlog=0.3, service=0.2, pred=(300, 10)),
+            P(backlog=2.8, service=0.2, pred=(100, 10))]  # fmt: skip
+
+    def ranked(shortlist, with_predictions=True):
+        sc = LatencyCostScorer.create(latency="predicted", shortlist=shortlist)
+        producer = PredictedLatencyProducer.create()
+        sched = Scheduler("t", [(producer, 1.0), (sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        preds = predictions_of(pods) if with_predictions else None
+        return sched.schedule(req(), rows_of(pods), preds, now=0.0, rng=random.Random(0)).ranked
+
+    assert ranked(0) == [2, 1, 0]  # the predictions rank every pod
+    assert ranked(2) == [1, 0, 2]  # only the two least estimated, by prediction; pod 2 after
+    assert ranked(1) == [0, 1, 2]  # a shortlist of one: the cost model decides
+    assert ranked(3) == [2, 1, 0]  # as long as the pool: no change
+    assert ranked(2, with_predictions=False) == [0, 1, 2]  # no predictions: estimated costs

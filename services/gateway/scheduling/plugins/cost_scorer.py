@@ -77,6 +77,10 @@ class LatencyCostScorer(Scorer):
               "measured from the requests scheduled"),
         Param("damageKappa", float, 5.0, "With damageAdapt: relative worth of a decode's "
               "time against own TTFT, each relative to its typical size", lo=0.0, hi=1000.0),
+        Param("shortlist", int, 0, "With latency: predicted, the predictions rank only the "
+              "this many pods of least estimated cost (the cost model's own TTFT); the others "
+              "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
+              hi=10_000),
     )  # fmt: skip
 
     def __init__(self, name, params) -> None:
@@ -88,6 +92,7 @@ class LatencyCostScorer(Scorer):
         self.max_delay: float = params["hopelessMaxDelay"]
         self.adapt: bool = params["damageAdapt"]
         self.kappa: float = params["damageKappa"]
+        self.shortlist: int = params["shortlist"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         self.typical_tokens: float | None = None  # its decode budget (max_tokens)
@@ -130,6 +135,27 @@ class LatencyCostScorer(Scorer):
             self._learn(cycle, pods)
         w = self.damage_weight()
         own = [self.own_seconds(cycle, p) for p in pods]
+        est: list[float] | None = None  # the estimated costs, when a shortlist applies
+        if self.shortlist and len(pods) > self.shortlist and self.predicted:
+            estimated = [p.candidate.backlog_s + p.service_s for p in pods]
+            if estimated != own:  # predictions present: they rank only the shortlist
+                est = self._costs(cycle, pods, estimated, w)
+        costs = self._costs(cycle, pods, own, w)
+        if est is not None:
+            ranked = sorted(range(len(pods)), key=est.__getitem__)
+            keep = set(ranked[: self.shortlist])
+            top = max(costs[i] for i in keep)
+            costs = [c if i in keep else top + 1.0 + est[i] for i, c in enumerate(costs)]
+        lo, hi = min(costs), max(costs)
+        if hi - lo <= _EPS:
+            return [1.0] * len(pods)
+        return [(hi - c) / (hi - lo) for c in costs]
+
+    def _costs(
+        self, cycle: CycleState, pods: list[PodState], own: list[float], w: float
+    ) -> list[float]:
+        """Each pod's cost given the request's own TTFT there (module docstring); notes
+        whether the request is hopeless."""
         req = cycle.request
         slo = req.slo_ttft_ms
         hopeless = self.sacrifice and slo is not None and min(own) + req.queued_s > slo / 1000.0
@@ -152,7 +178,4 @@ class LatencyCostScorer(Scorer):
                 for p, o in zip(pods, own, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
-        lo, hi = min(costs), max(costs)
-        if hi - lo <= _EPS:
-            return [1.0] * len(pods)
-        return [(hi - c) / (hi - lo) for c in costs]
+        return costs
