@@ -34,6 +34,8 @@ at the pod as it would).
 with the noise-blind oracle's TTFTs in place of the learned TTFT predictions (TPOT: the
 learner's, when it has a model; else the pod's measured TPOT): what perfect TTFT predictions
 would buy the shipped cost, the most better MAPE can win (issue 15). Not a bound either.
+Since session 15 the profile's scorer has ``shortlist: 2`` (the predictions rank the cost
+model's two best pods), so this reference does too; its session-12 figures ranked every pod.
 """
 
 from __future__ import annotations
