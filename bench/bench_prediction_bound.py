@@ -19,7 +19,8 @@ samples before and scored on the next ones, starting after ``--after`` samples:
   (services/trainer/fitting.fit_models on feature set v2, its default rounds and depth) with
   squared error of log1p(ms) and with the relative point loss (pinball of log1p(ms) at the
   level chosen at each refit by MAPE on a random share of the rows, or the newest with
-  ``--level-selection recent``; the chosen levels are reported),
+  ``--level-selection recent``; the chosen levels are reported), and ``trainer v2, relative
+  or squared``: the same with squared error among the candidates (``squared_candidate``),
 - ``analytic estimate``: TTFT = backlog + cost-model prefill, no learning,
 - ``state oracle``: the engine's exact state plus the request's own tokens and real cache hit
   (what no router can know, only better than it),
@@ -130,6 +131,14 @@ def walk_forward(
     return pred
 
 
+# the trainer's own fits: (name, point loss, squared error among the relative candidates)
+TRAINER_SETS = (
+    ("trainer v2, squared", "squared", False),
+    ("trainer v2, relative", "relative", False),
+    ("trainer v2, relative or squared", "relative", True),
+)
+
+
 def walk_forward_trainer(
     rows: np.ndarray, labels: dict[str, np.ndarray], *, after: int, step: int, config: FitConfig
 ) -> tuple[dict[str, np.ndarray], list[dict[str, float]]]:
@@ -148,8 +157,8 @@ def walk_forward_trainer(
         for m in models.values():
             if m.spec.objective == "mean":
                 pred[m.spec.target][start:stop] = m.predict(rows[start:stop])
-                if m.spec.relative:
-                    chosen[m.spec.target] = m.spec.level
+                if config.point_loss == "relative":
+                    chosen[m.spec.target] = m.spec.level if m.spec.relative else "squared"
         levels.append(chosen)
     return pred, levels
 
@@ -209,11 +218,11 @@ def evaluate(
                 res[name]["without_final_drain"] = errors(pred, y, steady)
         out[target] = res
     labels = {"ttft": d["ttft"], "tpot": d["tpot"]}
-    for loss in ("squared", "relative"):
-        name = f"trainer v2, {loss}"
+    for name, loss, squared in TRAINER_SETS:
         if only is not None and name not in only:
             continue
-        config = FitConfig(features="v2", point_loss=loss, selection_split=level_selection)
+        config = FitConfig(features="v2", point_loss=loss, selection_split=level_selection,
+                           squared_candidate=squared)  # fmt: skip
         preds, levels = walk_forward_trainer(rows, labels, after=after, step=step, config=config)
         for target, pred in preds.items():
             out[target][name] = errors(pred, labels[target], scored)

@@ -125,9 +125,12 @@ class OnlineLearner:
         self.cycles += 1
         entry = {"t": round(now, 3), "decision": result.decision, "reason": result.reason,
                  "samples": result.samples}  # fmt: skip
-        levels = {m.spec.key: m.spec.level for m in result.models.values() if m.spec.relative}
-        if levels:  # a relative point model's chosen pinball level per key
-            entry["levels"] = levels
+        if self.config.point_loss == "relative":  # the point model chosen per key
+            entry["levels"] = {
+                m.spec.key: m.spec.level if m.spec.relative else "squared"
+                for m in result.models.values()
+                if m.spec.objective == "mean"
+            }
         self.history.append(entry)
         if result.decision == REJECT:
             self.rejected += 1

@@ -64,11 +64,14 @@ class FitConfig:
     transform: str = "log"  # label transform (shared.latency_model.TRANSFORMS)
     features: str = "v1"  # feature set the models read (shared.features.FEATURE_SETS)
     # the mean models' loss (shared.latency_model.LOSSES) and, for "relative", the pinball
-    # levels of the log target one is chosen from at every fit (select_level)
+    # levels of the log target one is chosen from at every fit (select_point_model)
     point_loss: str = "relative"
     point_levels: tuple[float, ...] = DEFAULT_POINT_LEVELS
     selection_rows: int = SELECTION_ROWS  # rows the level candidates train on, at most
     selection_rounds: int = SELECTION_ROUNDS  # rounds of a level candidate, at most
+    # a relative point model may also be fitted with squared error of the log target when
+    # that has the least MAPE on the selection's rows (select_point_model)
+    squared_candidate: bool = False
     # which rows score the level candidates: "random" (a seeded share) or "recent" (the
     # newest share; the candidates train on the rows before it: the model predicts what
     # comes after its window). docs/benchmarks.md "Choosing the level on the newest rows"
@@ -99,7 +102,7 @@ class FitConfig:
         out: list[ModelSpec] = []
         for t in self.targets:
             if self.objective in ("mean", "both"):
-                # a relative spec carries the middle level until select_level picks one
+                # a relative spec carries the middle level until select_point_model picks
                 level = self.middle_level if self.point_loss == "relative" else None
                 out.append(
                     ModelSpec(
@@ -123,7 +126,7 @@ class FitConfig:
         return {"max_depth": self.max_depth, "eta": self.eta, "nthread": self.nthread}
 
     def selection_fit(self) -> tuple[int, dict[str, object]]:
-        """Rounds and XGBoost parameters of a level candidate (select_level): at most
+        """Rounds and XGBoost parameters of a level candidate (select_point_model): at most
         ``selection_rounds`` rounds, eta raised to keep the model's eta x rounds (raised to
         at most 0.3; never below the model's own), SELECTION_MAX_BIN bins."""
         rounds = min(self.rounds, self.selection_rounds)
@@ -229,7 +232,13 @@ def refit_gate(
     return not lacking, lacking
 
 
-def select_level(
+def candidate_name(spec: ModelSpec) -> str:
+    """A point-model candidate's name in the selection's scores: its pinball level, or
+    ``squared``."""
+    return f"{spec.level:g}" if spec.relative else "squared"
+
+
+def select_point_model(
     x: np.ndarray,
     y: np.ndarray,
     spec: ModelSpec,
@@ -237,18 +246,22 @@ def select_level(
     *,
     seed: int = 0,
     ts: np.ndarray | None = None,
-) -> tuple[float, dict[float, float] | None]:
-    """The pinball level of a relative mean model: each of ``config.point_levels`` is fitted
-    on at most ``selection_rows`` rows (coarser than the model, see
-    :meth:`FitConfig.selection_fit`) and scored by MAPE on a disjoint share of them
-    (``SELECTION_SHARE``): with ``selection_split`` "recent" the newest share by ``ts`` (the
-    candidates train on the newest rows before it), with "random" a seeded share. The least
-    MAPE wins (ties: the lower level). Returns (level, MAPE per level); with one level, or
-    fewer than ``MIN_SELECTION_ROWS`` rows, the middle level and None."""
-    levels = tuple(sorted(config.point_levels))
+) -> tuple[ModelSpec, dict[str, float] | None]:
+    """The spec of a relative mean model: the pinball level of each of
+    ``config.point_levels`` (and squared error of the log target when
+    ``config.squared_candidate``) is fitted on at most ``selection_rows`` rows (coarser than
+    the model, see :meth:`FitConfig.selection_fit`) and scored by MAPE on a disjoint share of
+    them (``SELECTION_SHARE``): with ``selection_split`` "recent" the newest share by ``ts``
+    (the candidates train on the newest rows before it), with "random" a seeded share. The
+    least MAPE wins (ties: the lower level, squared last). Returns (spec, MAPE per candidate
+    name, :func:`candidate_name`); with one candidate, or fewer than ``MIN_SELECTION_ROWS``
+    rows, the middle level and None."""
+    candidates = [replace(spec, level=a) for a in sorted(config.point_levels)]
+    if config.squared_candidate:
+        candidates.append(replace(spec, loss="squared", level=None))
     n = len(y)
-    if len(levels) == 1 or n < MIN_SELECTION_ROWS:
-        return config.middle_level, None
+    if len(candidates) == 1 or n < MIN_SELECTION_ROWS:
+        return replace(spec, level=config.middle_level), None
     n_val = max(1, int(n * SELECTION_SHARE))
     if config.selection_split == "recent":
         if ts is None or len(ts) != n:
@@ -258,28 +271,27 @@ def select_level(
         idx = np.random.default_rng(seed).permutation(n)
     val, fit = idx[:n_val], idx[n_val : n_val + config.selection_rows]
     rounds, params = config.selection_fit()
-    scores: dict[float, float] = {}
-    for level in levels:
-        cand = replace(spec, level=level)
+    mapes: list[float] = []
+    for cand in candidates:
         b = fit_booster(x[fit], y[fit], cand, rounds=rounds, params=params, seed=seed)
         mape = evaluate(predict_booster(b, x[val], cand.columns, cand.log), y[val], cand)["mape"]
-        scores[level] = float(mape)  # type: ignore[arg-type]
-    best = min(levels, key=lambda a: (scores[a], a))
-    return best, scores
+        mapes.append(float(mape))  # type: ignore[arg-type]
+    best = min(range(len(candidates)), key=lambda i: (mapes[i], i))  # ties: the first
+    return candidates[best], {candidate_name(c): m for c, m in zip(candidates, mapes, strict=True)}
 
 
 def fit_models(
     data: TrainingData, train: np.ndarray, config: FitConfig, *, seed: int = 0
 ) -> dict[str, FittedModel]:
     """Fit every spec of ``config`` on the labelled rows selected by the ``train`` mask (a
-    relative mean model at the level :func:`select_level` chooses on those rows)."""
+    relative mean model as :func:`select_point_model` chooses on those rows)."""
     out: dict[str, FittedModel] = {}
     for spec in config.specs():
         mask = train & data.labelled(spec.target)
         x, y = data.rows[mask], data.labels[spec.target][mask]
         if spec.relative:
             ts = data.ts[mask]
-            spec = replace(spec, level=select_level(x, y, spec, config, seed=seed, ts=ts)[0])
+            spec = select_point_model(x, y, spec, config, seed=seed, ts=ts)[0]
         booster = fit_booster(
             x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
         )

@@ -79,6 +79,12 @@ class TrainerSettings(CommonSettings):
         "(JSON list; default [0.15, 0.25, 0.35, 0.5]; each candidate trains on at most 4,000 "
         "rows)",
     )
+    point_squared_candidate: bool = Field(
+        False,
+        description="With point_loss relative, squared error of the log target competes with "
+        "the pinball levels at each fit: the least MAPE on the held-out rows wins (better on "
+        "the train suite's Azure half, worse on the validation set: docs/benchmarks.md)",
+    )
     level_selection: Literal["random", "recent"] = Field(
         "random",
         description="Rows the point levels are compared on at each fit: random (a seeded "
@@ -179,6 +185,7 @@ class TrainerSettings(CommonSettings):
             point_loss=self.point_loss,
             point_levels=tuple(self.point_levels),
             selection_split=self.level_selection,
+            squared_candidate=self.point_squared_candidate,
         )
 
     def shift_detector(self) -> ShiftDetector | None:

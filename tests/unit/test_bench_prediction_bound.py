@@ -33,7 +33,8 @@ def test_collect_and_evaluate_on_a_small_lab_run(tmp_path):
     for target in ("ttft", "tpot"):
         want = {"gateway", "gateway v2", "gateway v2, queued split", "state oracle",
                 "gateway + state oracle", "gateway v2 + state oracle",
-                "trainer v2, squared", "trainer v2, relative"}  # fmt: skip
+                "trainer v2, squared", "trainer v2, relative",
+                "trainer v2, relative or squared"}  # fmt: skip
         if target == "ttft":
             want |= {"gateway v2, residual", "analytic estimate"}
         assert set(out[target]) == want
@@ -41,6 +42,8 @@ def test_collect_and_evaluate_on_a_small_lab_run(tmp_path):
         # the trainer's relative fit reports the level it chose at each of the two refits
         levels = out[target]["trainer v2, relative"]["levels"]
         assert len(levels) == 2 and all(a in (0.15, 0.25, 0.35, 0.5) for a in levels)
+        either = out[target]["trainer v2, relative or squared"]["levels"]
+        assert len(either) == 2 and all(a in (0.15, 0.25, 0.35, 0.5, "squared") for a in either)
     only = evaluate(data, after=60, step=30, tail_s=1.0, only=frozenset({"trainer v2, squared"}))
     assert set(only["tpot"]) == {"trainer v2, squared"}
     assert set(only["ttft"]) == {"analytic estimate", "trainer v2, squared"}

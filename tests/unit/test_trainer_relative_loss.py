@@ -11,7 +11,7 @@ import pytest
 
 from services.predictor.inference import CompiledModel
 from services.trainer.cycle import build_meta, run_cycle
-from services.trainer.fitting import FitConfig, TrainingData, fit_models, select_level
+from services.trainer.fitting import FitConfig, TrainingData, fit_models, select_point_model
 from services.trainer.settings import TrainerSettings
 from shared.features import FEATURES
 from shared.latency_model import LatencyModel, ModelSpec, evaluate, spec_from_info
@@ -67,19 +67,19 @@ def test_relative_loss_has_less_relative_error_than_squared(data, unseen):
 
 def test_the_chosen_level_has_the_least_error_on_the_held_out_rows(data):
     cfg = FitConfig(targets=("ttft",), rounds=60, point_loss="relative",
-                    point_levels=(0.5, 0.15, 0.3))  # fmt: skip
+                    point_levels=(0.5, 0.15, 0.3), squared_candidate=False)  # fmt: skip
     x, y, ts = data.rows, data.labels["ttft"], data.ts
     for split in ("recent", "random"):
         c = replace(cfg, selection_split=split)
-        level, scores = select_level(x, y, c.specs()[0], c, seed=0, ts=ts)
-        assert scores is not None and set(scores) == {0.15, 0.3, 0.5}
-        assert scores[level] == min(scores.values())
-        assert scores[0.5] > scores[level]  # skewed data: the median is not the best
-        again = select_level(x, y, c.specs()[0], c, seed=0, ts=ts)
-        assert again == (level, scores)  # deterministic per seed
+        chosen, scores = select_point_model(x, y, c.specs()[0], c, seed=0, ts=ts)
+        assert scores is not None and set(scores) == {"0.15", "0.3", "0.5"}
+        assert chosen.relative and scores[f"{chosen.level:g}"] == min(scores.values())
+        assert scores["0.5"] > min(scores.values())  # skewed data: the median is not the best
+        again = select_point_model(x, y, c.specs()[0], c, seed=0, ts=ts)
+        assert again == (chosen, scores)  # deterministic per seed
     recent = replace(cfg, selection_split="recent")
     with pytest.raises(ValueError, match="every row's time"):
-        select_level(x, y, recent.specs()[0], recent)  # recent needs the times
+        select_point_model(x, y, recent.specs()[0], recent)  # recent needs the times
 
 
 def test_too_few_rows_or_one_level_take_the_middle_level(data):
@@ -87,9 +87,14 @@ def test_too_few_rows_or_one_level_take_the_middle_level(data):
                     point_levels=(0.1, 0.2, 0.4))  # fmt: skip
     spec = cfg.specs()[0]
     x, y = data.rows[:20], data.labels["ttft"][:20]
-    assert select_level(x, y, spec, cfg) == (0.2, None)
-    one = FitConfig(targets=("ttft",), rounds=5, point_loss="relative", point_levels=(0.3,))
-    assert select_level(data.rows, data.labels["ttft"], one.specs()[0], one) == (0.3, None)
+    assert select_point_model(x, y, spec, cfg) == (replace(spec, level=0.2), None)
+    one = FitConfig(targets=("ttft",), rounds=5, point_loss="relative", point_levels=(0.3,),
+                    squared_candidate=False)  # fmt: skip
+    chosen, scores = select_point_model(data.rows, data.labels["ttft"], one.specs()[0], one)
+    assert (chosen.level, scores) == (0.3, None)
+    two = replace(one, squared_candidate=True)  # one level and squared error: a choice
+    chosen, scores = select_point_model(data.rows, data.labels["ttft"], two.specs()[0], two)
+    assert scores is not None and set(scores) == {"0.3", "squared"}
 
 
 def test_selection_trains_on_at_most_selection_rows(data, monkeypatch):
@@ -229,14 +234,14 @@ def test_recent_selection_scores_the_levels_on_the_newest_rows(data, monkeypatch
     monkeypatch.setattr(fitting, "fit_booster", spy)
     cfg = FitConfig(targets=("ttft",), rounds=5, point_loss="relative", selection_split="recent")
     spec = cfg.specs()[0]
-    select_level(rows, data.labels["ttft"], spec, cfg, ts=ts)
+    select_point_model(rows, data.labels["ttft"], spec, cfg, ts=ts)
     newest = int(n * fitting.SELECTION_SHARE)
     for cols in fitted:  # every candidate trains only on rows older than the scored ones
         assert cols.max() < n - newest
         assert len(cols) == min(cfg.selection_rows, n - newest)
     fitted.clear()
     random_cfg = replace(cfg, selection_split="random")
-    select_level(rows, data.labels["ttft"], spec, random_cfg, ts=ts)
+    select_point_model(rows, data.labels["ttft"], spec, random_cfg, ts=ts)
     assert max(c.max() for c in fitted) >= n - newest  # a random share mixes times
     with pytest.raises(ValueError, match="selection_split"):
         FitConfig(selection_split="oldest")
@@ -256,6 +261,27 @@ def test_recent_selection_follows_a_ramp_the_features_do_not_show():
     chosen = {}
     for split in ("random", "recent"):
         cfg = FitConfig(targets=("ttft",), rounds=60, point_loss="relative", point_levels=levels,
-                        selection_split=split)  # fmt: skip
-        chosen[split] = select_level(rows, y, cfg.specs()[0], cfg, ts=ts)[0]
+                        selection_split=split, squared_candidate=False)  # fmt: skip
+        chosen[split] = select_point_model(rows, y, cfg.specs()[0], cfg, ts=ts)[0].level
     assert chosen["recent"] > chosen["random"], chosen
+
+
+def test_squared_error_competes_with_the_levels(data):
+    x, y = data.rows, data.labels["ttft"]
+    cfg = FitConfig(targets=("ttft",), rounds=60, point_loss="relative", squared_candidate=True)
+    chosen, scores = select_point_model(x, y, cfg.specs()[0], cfg, seed=0)
+    assert scores is not None and set(scores) == {"0.15", "0.25", "0.35", "0.5", "squared"}
+    name = f"{chosen.level:g}" if chosen.relative else "squared"
+    assert scores[name] == min(scores.values())
+    # log-normal noise without the slow tail, and a level far too low for it: squared
+    # error wins and the model is fitted with it
+    rng = np.random.default_rng(4)
+    even = TrainingData.from_arrays(
+        x, {"ttft": (20.0 + 0.02 * x[:, 2]) * np.exp(rng.normal(0.0, 0.3, len(x)))}
+    )
+    low = replace(cfg, point_levels=(0.02,))
+    chosen, scores = select_point_model(x, even.labels["ttft"], low.specs()[0], low, seed=0)
+    assert scores["squared"] < scores["0.02"]
+    assert (chosen.loss, chosen.level, chosen.key) == ("squared", None, "ttft")
+    model = fit_models(even, np.ones(len(even), dtype=bool), low)["ttft"]
+    assert model.spec == chosen
