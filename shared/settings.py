@@ -13,11 +13,12 @@ from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-def _common(name: str, default, description: str):
+def _common(name: str, default, description: str, **constraints):
     return Field(
         default,
         validation_alias=AliasChoices(name, f"HEADROOM_{name.upper()}"),
         description=description,
+        **constraints,
     )
 
 
@@ -56,13 +57,13 @@ class CommonSettings(BaseSettings):
     nats_tls_hostname: str = _common(
         "nats_tls_hostname", "", "Name to verify the NATS server's certificate against"
     )
-    redis_timeout_s: float = Field(
+    redis_timeout_s: float = _common(
+        "redis_timeout_s",
         10.0,
+        "Seconds a Redis command may wait for its reply before it fails (and is retried by "
+        "the caller's next check): a Redis that stops answering on an open connection must "
+        "not hang a model load or a version check",
         gt=0.0,
-        validation_alias=AliasChoices("redis_timeout_s", "HEADROOM_REDIS_TIMEOUT_S"),
-        description="Seconds a Redis command may wait for its reply before it fails (and is "
-        "retried by the caller's next check): a Redis that stops answering on an open "
-        "connection must not hang a model load or a version check",
     )
     redis_username: str = _common("redis_username", "", "Redis ACL user (Redis 6+)")
     redis_password: SecretStr = _common("redis_password", SecretStr(""), "Redis password")

@@ -146,6 +146,8 @@ class FitConfig:
             "features": self.features,
             "point_loss": self.point_loss,
             "point_levels": list(self.point_levels),
+            "squared_candidate": self.squared_candidate,
+            "level_selection": self.selection_split,
         }
 
 
