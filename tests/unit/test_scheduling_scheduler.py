@@ -380,15 +380,19 @@ def test_a_shortlist_lets_the_predictions_rank_only_the_least_estimated_pods():
     pods = [P(backlog=0.0, service=0.2, pred=(400, 10)), P(backlog=0.3, service=0.2, pred=(300, 10)),
             P(backlog=2.8, service=0.2, pred=(100, 10))]  # fmt: skip
 
-    def ranked(shortlist, with_predictions=True):
+    def decide(shortlist, with_predictions=True):
         sc = LatencyCostScorer.create(latency="predicted", shortlist=shortlist)
         producer = PredictedLatencyProducer.create()
         sched = Scheduler("t", [(producer, 1.0), (sc, 1.0), (MaxScorePicker.create(), 1.0)])
         preds = predictions_of(pods) if with_predictions else None
-        return sched.schedule(req(), rows_of(pods), preds, now=0.0, rng=random.Random(0)).ranked
+        return sched.schedule(req(), rows_of(pods), preds, now=0.0, rng=random.Random(0))
 
-    assert ranked(0) == [2, 1, 0]  # the predictions rank every pod
-    assert ranked(2) == [1, 0, 2]  # only the two least estimated, by prediction; pod 2 after
-    assert ranked(1) == [0, 1, 2]  # a shortlist of one: the cost model decides
-    assert ranked(3) == [2, 1, 0]  # as long as the pool: no change
-    assert ranked(2, with_predictions=False) == [0, 1, 2]  # no predictions: estimated costs
+    assert decide(0).ranked == [2, 1, 0]  # the predictions rank every pod
+    assert decide(2).ranked == [1, 0, 2]  # the two least estimated, by prediction; pod 2 after
+    assert decide(3).ranked == [2, 1, 0]  # as long as the pool: no change
+    assert decide(2).path == "predicted"
+    assert decide(2, with_predictions=False).ranked == [0, 1, 2]  # none: estimated costs
+    # a shortlist of one: the cost model decides, and the label and the call say so
+    one = decide(1)
+    assert (one.ranked, one.path) == ([0, 1, 2], "cost-model")
+    assert not LatencyCostScorer.create(latency="predicted", shortlist=1).reads_predictions(req())

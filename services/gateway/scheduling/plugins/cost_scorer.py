@@ -121,7 +121,8 @@ class LatencyCostScorer(Scorer):
             self.typical_tpot_s += _ALPHA * (best - self.typical_tpot_s)
 
     def reads_predictions(self, request: SchedulingRequest) -> bool:
-        return self.predicted
+        # a shortlist of one pod leaves the predictions nothing to rank
+        return self.predicted and self.shortlist != 1
 
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
