@@ -22,6 +22,14 @@ among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the othe
 after them by own TTFT), so a sacrificed request waits at most that multiple of what the
 fastest pod would give it and no pod becomes a sink of ever longer waits.
 
+With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
+least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
+after them by estimated cost. Ranking every pod by a learned TTFT picks, each time, the pod
+whose prediction erred lowest (the winner's curse), and its large errors send requests to
+pods the cost model knows are loaded; between the cost model's best few the prediction adds
+what the model knows beyond the bookkeeping (docs/benchmarks.md "A shortlist for the learned
+ranking").
+
 Scores are ``(max cost - cost) / (max cost - min cost)`` (1 for the cheapest, all 1 when
 equal). The picture behind it: one long prefill (a 100k-token prompt takes ~15 s on an H100
 and every step of it is ~1 s of attention) ruins TPOT for every request decoding beside it,
@@ -38,6 +46,11 @@ _EPS = 1e-12
 _ALPHA = 0.01  # EWMA step of the typical sizes (damageAdapt)
 _PRIOR_TPOT_S = 0.03  # typical TPOT until one is measured (an H100-class decode step)
 _MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
+
+
+def _estimated_s(p: PodState) -> float:
+    """The request's own TTFT on the pod by the cost model: prefill queued ahead + its own."""
+    return p.candidate.backlog_s + p.service_s
 
 
 def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
@@ -127,7 +140,7 @@ class LatencyCostScorer(Scorer):
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
             return p.pred_ttft_ms / 1000.0
-        return p.candidate.backlog_s + p.service_s
+        return _estimated_s(p)
 
     def score(self, cycle: CycleState, pods: list[PodState]) -> list[float]:
         if not pods:
@@ -138,7 +151,7 @@ class LatencyCostScorer(Scorer):
         own = [self.own_seconds(cycle, p) for p in pods]
         est: list[float] | None = None  # the estimated costs, when a shortlist applies
         if self.shortlist and len(pods) > self.shortlist and self.predicted:
-            estimated = [p.candidate.backlog_s + p.service_s for p in pods]
+            estimated = [_estimated_s(p) for p in pods]
             if estimated != own:  # predictions present: they rank only the shortlist
                 est = self._costs(cycle, pods, estimated, w)
         costs = self._costs(cycle, pods, own, w)
