@@ -48,7 +48,13 @@ import xgboost as xgb
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from services.trainer.fitting import FitConfig, TrainingData, fit_models
+from services.trainer.fitting import (
+    SELECTION_SPLITS,
+    FitConfig,
+    TrainingData,
+    fit_models,
+    point_choice,
+)
 from shared.features import ALL_COLUMNS, ESTIMATE_COLUMN, FEATURES, TPOT_COLUMNS, TTFT_COLUMNS
 
 QUEUED = FEATURES.index("is_queued")
@@ -158,7 +164,7 @@ def walk_forward_trainer(
             if m.spec.objective == "mean":
                 pred[m.spec.target][start:stop] = m.predict(rows[start:stop])
                 if config.point_loss == "relative":
-                    chosen[m.spec.target] = m.spec.level if m.spec.relative else "squared"
+                    chosen[m.spec.target] = point_choice(m.spec)
         levels.append(chosen)
     return pred, levels
 
@@ -264,7 +270,7 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="names of the feature sets to fit, separated by ';' (names "
                    "hold commas), e.g. 'trainer v2, squared;trainer v2, relative'; default: "
                    "every one")  # fmt: skip
-    p.add_argument("--level-selection", choices=("random", "recent"), default="random",
+    p.add_argument("--level-selection", choices=SELECTION_SPLITS, default="random",
                    help="rows the trainer fits choose the relative level on (the trainer's "
                    "level_selection)")  # fmt: skip
     p.add_argument("--json", help="write the result here")

@@ -22,7 +22,7 @@ import numpy as np
 from services.predictor.core import check_servable
 from services.predictor.inference import CompiledModel
 from services.trainer.cycle import PROMOTE, REJECT, build_meta, run_cycle
-from services.trainer.fitting import TrainingData, refit_gate
+from services.trainer.fitting import TrainingData, point_choice, refit_gate
 from services.trainer.settings import TrainerSettings
 from services.trainer.validation import check
 from services.trainer.window import ADDED
@@ -127,7 +127,7 @@ class OnlineLearner:
                  "samples": result.samples}  # fmt: skip
         if self.config.point_loss == "relative":  # the point model chosen per key
             entry["levels"] = {
-                m.spec.key: m.spec.level if m.spec.relative else "squared"
+                m.spec.key: point_choice(m.spec)
                 for m in result.models.values()
                 if m.spec.objective == "mean"
             }

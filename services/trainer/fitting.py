@@ -234,10 +234,17 @@ def refit_gate(
     return not lacking, lacking
 
 
+def point_choice(spec: ModelSpec) -> float | str:
+    """What a relative point model's selection chose: its pinball level, or ``squared``
+    (the lab's learner history and the prediction bench report it)."""
+    return spec.level if spec.relative and spec.level is not None else "squared"
+
+
 def candidate_name(spec: ModelSpec) -> str:
-    """A point-model candidate's name in the selection's scores: its pinball level, or
-    ``squared``."""
-    return f"{spec.level:g}" if spec.relative else "squared"
+    """A point-model candidate's name in the selection's scores (:func:`point_choice` as
+    text)."""
+    choice = point_choice(spec)
+    return choice if isinstance(choice, str) else f"{choice:g}"
 
 
 def select_point_model(
