@@ -75,7 +75,7 @@ def run_bench(trees: int, depth: int, repeat: int) -> dict:
             forest = HeapForest([(model.boosters[k], model.columns[k]) for k in keys])
         except ForestError:
             pass
-    direct = [_Direct(model.boosters[k], model.columns[k], model.spec(k).log) for k in keys]
+    direct = [_Direct(model.boosters[k], model.columns[k], model.spec(k)) for k in keys]
     paths = {
         "inplace_predict": lambda x: [model.predict_key(k, x) for k in keys],
         "direct": lambda x: [fn(x) for fn in direct],

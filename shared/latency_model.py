@@ -32,6 +32,7 @@ import numpy as np
 import xgboost as xgb
 
 from shared.features import (
+    ESTIMATE_COLUMN,
     FEATURE_SETS,
     FEATURES,
     SUPPORTED_MODEL_SCHEMAS,
@@ -55,6 +56,12 @@ LOSSES = ("squared", "relative")
 # milliseconds, as llm-d's predictor does.
 TRANSFORMS = ("none", "log")
 MAPE_FLOOR_MS = 1.0  # labels below 1 ms count as 1 ms in MAPE (no division blow-up)
+# What a model's trees add to (its base): None, the trees alone from XGBoost's base score; or
+# "estimate", the gateway's analytic TTFT estimate (feature estimate_ms): the booster's base
+# margin is log1p(estimate_ms) of each row and the trees fit the log ratio of the latency to
+# the estimate (a learned correction that extrapolates with the estimate, where trees alone
+# stay within the latencies they were fitted on). TTFT models on the log transform only.
+BASES = ("estimate",)
 
 # llm-d's predictor defaults: 200 trees, depth 6, learning rate 0.05, raw-millisecond targets.
 DEFAULT_PARAMS: dict[str, object] = {
@@ -80,6 +87,7 @@ class ModelSpec:
     features: str = "v1"  # the feature set it reads (shared.features.FEATURE_SETS)
     loss: str = "squared"  # a mean model's loss (LOSSES); quantile models keep "squared"
     level: float | None = None  # the pinball level of a relative mean model (log target)
+    base: str | None = None  # what the trees correct (BASES; None: nothing)
 
     def __post_init__(self) -> None:
         if self.features not in FEATURE_SETS:
@@ -103,6 +111,11 @@ class ModelSpec:
                 raise ValueError("a relative model's level must be in (0, 1)")
         elif self.level is not None:
             raise ValueError("only a relative model has a level")
+        if self.base is not None:
+            if self.base not in BASES:
+                raise ValueError(f"unknown base {self.base!r} (one of {BASES})")
+            if self.target != "ttft" or self.transform != "log":
+                raise ValueError("an estimate base needs a TTFT model on the log transform")
 
     @property
     def relative(self) -> bool:
@@ -125,11 +138,20 @@ class ModelSpec:
         return "mape" if self.objective == "mean" else "pinball"
 
     def params(self) -> dict[str, object]:
+        # with a base the margin replaces the base score: 0, so the trees alone are the
+        # booster's output without a margin (every serving path adds the margin the same way)
+        base = {"base_score": 0.0} if self.base else {}
         if self.relative:
-            return {"objective": "reg:quantileerror", "quantile_alpha": self.level}
+            return {"objective": "reg:quantileerror", "quantile_alpha": self.level, **base}
         if self.objective == "mean":
-            return {"objective": "reg:squarederror"}
-        return {"objective": "reg:quantileerror", "quantile_alpha": self.alpha}
+            return {"objective": "reg:squarederror", **base}
+        return {"objective": "reg:quantileerror", "quantile_alpha": self.alpha, **base}
+
+    def margin(self, rows: np.ndarray) -> np.ndarray | None:
+        """The base margin of full feature rows (n x FEATURES), float64, or None."""
+        if self.base is None:
+            return None
+        return np.log1p(np.maximum(np.asarray(rows, dtype=np.float64)[:, ESTIMATE_COLUMN], 0.0))
 
     @property
     def log(self) -> bool:
@@ -146,6 +168,8 @@ class ModelSpec:
         if self.relative:
             d["loss"] = self.loss
             d["level"] = self.level
+        if self.base is not None:
+            d["base"] = self.base
         return d
 
 
@@ -163,6 +187,9 @@ def spec_from_info(key: str, info: dict) -> ModelSpec:
     features = info.get("features", "v1")  # versions before feature sets: llm-d's columns
     loss = info.get("loss", "squared")  # versions before losses: squared error
     level = info.get("level")
+    base = info.get("base")  # versions before bases: the trees alone
+    if base is not None and not isinstance(base, str):
+        raise ValueError("base must be a name")
     if level is not None and (not isinstance(level, int | float) or isinstance(level, bool)):
         raise ValueError("level must be a number")
     spec = ModelSpec(
@@ -173,6 +200,7 @@ def spec_from_info(key: str, info: dict) -> ModelSpec:
         str(features),
         str(loss),
         None if level is None else float(level),
+        base,
     )
     if spec.key != key:
         raise ValueError(f"model key {key!r} does not match its spec ({spec.key!r})")
@@ -197,21 +225,33 @@ def fit_booster(
     p = {**DEFAULT_PARAMS, **(params or {}), **spec.params(), "seed": seed}
     xs = np.ascontiguousarray(x[:, list(spec.columns)])
     label = np.log1p(np.maximum(y, 0.0)) if spec.log else y
-    return xgb.train(p, xgb.DMatrix(xs, label=label), num_boost_round=rounds)
+    dm = xgb.DMatrix(xs, label=label, base_margin=spec.margin(x))
+    return xgb.train(p, dm, num_boost_round=rounds)
 
 
-def to_ms(raw: np.ndarray, log: bool) -> np.ndarray:
-    """A booster's raw output (float64, modified in place) as milliseconds >= 0."""
-    if log:
+def to_ms(raw: np.ndarray, spec: ModelSpec, rows: np.ndarray) -> np.ndarray:
+    """A booster's output without a margin (float64, modified in place) for full feature
+    ``rows`` as milliseconds >= 0: plus the spec's base margin, then its transform undone.
+    Every serving path (XGBoost, the C API, the tree forest) ends here, so all agree."""
+    margin = spec.margin(rows)
+    if margin is not None:
+        raw += margin
+    if spec.log:
         np.expm1(raw, out=raw)
     return np.maximum(raw, 0.0, out=raw)
 
 
 def predict_booster(
-    booster: xgb.Booster, x: np.ndarray, columns: tuple[int, ...], log: bool = False
+    booster: xgb.Booster,
+    x: np.ndarray,
+    spec: ModelSpec,
+    columns: tuple[int, ...] | None = None,
 ) -> np.ndarray:
-    pred = booster.inplace_predict(np.ascontiguousarray(x[:, list(columns)]))
-    return to_ms(np.array(pred, dtype=np.float64), log)
+    """Milliseconds ``booster`` (fitted for ``spec``) predicts for full feature rows ``x``
+    (its trees read ``columns``, default the spec's: a version's metadata names them)."""
+    cols = spec.columns if columns is None else columns
+    pred = booster.inplace_predict(np.ascontiguousarray(x[:, list(cols)]))
+    return to_ms(np.array(pred, dtype=np.float64), spec, x)
 
 
 def evaluate(pred: np.ndarray, y: np.ndarray, spec: ModelSpec) -> dict[str, float | int | None]:
@@ -267,7 +307,7 @@ def fit_target(
     mape = mae = float("nan")
     if n_hold:
         b = fit_booster(x[train], y[train], spec, rounds=rounds, params=params, seed=seed)
-        m = evaluate(predict_booster(b, x[hold], spec.columns), y[hold], spec)
+        m = evaluate(predict_booster(b, x[hold], spec), y[hold], spec)
         mape, mae = float(m["mape"]), float(m["mae"])  # type: ignore[arg-type]
     booster = fit_booster(x, y, spec, rounds=rounds, params=params, seed=seed)
     return FitResult(booster=booster, mape=mape, mae=mae, holdout=int(n_hold))
@@ -333,7 +373,7 @@ class LatencyModel:
         return (preferred or keys or [None])[0]
 
     def predict_key(self, key: str, rows: np.ndarray) -> np.ndarray:
-        return predict_booster(self.boosters[key], rows, self.columns[key], self.spec(key).log)
+        return predict_booster(self.boosters[key], rows, self.spec(key), self.columns[key])
 
     def predict(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Predicted milliseconds per model key for full feature rows (n x FEATURES)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from services.predictor.forest import ForestError, HeapForest
 from shared.features import FEATURES
-from shared.latency_model import LatencyModel, to_ms
+from shared.latency_model import LatencyModel, ModelSpec, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,11 @@ def _probe_rows(forest: HeapForest | None, n: int = 64) -> np.ndarray:
 class _Direct:
     """One booster's prediction through the C API (raises if the API is unavailable)."""
 
-    def __init__(self, booster, columns: tuple[int, ...], log: bool = False) -> None:
+    def __init__(self, booster, columns: tuple[int, ...], spec: ModelSpec) -> None:
         from xgboost.core import _LIB, _check_call, c_bst_ulong, make_jcargs
 
         self.booster = booster  # keeps the handle alive
-        self.log = log  # the model's label transform (shared.latency_model.to_ms)
+        self.spec = spec  # its transform and base margin (shared.latency_model.to_ms)
         self.columns = None if tuple(columns) == _ALL else list(columns)
         self._lib, self._check, self._ulong = _LIB, _check_call, c_bst_ulong
         self._args = make_jcargs(
@@ -110,7 +110,7 @@ class _Direct:
         if dims.value != 1 or shape[0] != n:
             raise RuntimeError(f"unexpected prediction shape (dims {dims.value})")
         out = np.ctypeslib.as_array(preds, shape=(n,)).astype(np.float64)  # copies
-        return to_ms(out, self.log)
+        return to_ms(out, self.spec, rows)
 
 
 class CompiledModel:
@@ -122,15 +122,15 @@ class CompiledModel:
         self.direct = False
         self.forest: HeapForest | None = None
         self.forest_rows = 0
-        self._logs = [model.spec(k).log for k in self.keys]  # type: ignore[arg-type]
+        self._specs = [model.spec(k) for k in self.keys]  # type: ignore[arg-type]
         self._fns = [self._fallback(k) for k in self.keys]
         forest = self._forest()
         probe = _probe_rows(forest)
         want = [model.predict_key(k, probe) for k in self.keys]  # type: ignore[arg-type]
         try:
             fns = [
-                _Direct(model.boosters[k], model.columns[k], model.spec(k).log)  # type: ignore[arg-type,index]
-                for k in self.keys
+                _Direct(model.boosters[k], model.columns[k], sp)  # type: ignore[index]
+                for k, sp in zip(self.keys, self._specs, strict=True)
             ]
             for k, fn, w in zip(self.keys, fns, want, strict=True):
                 if not np.array_equal(fn(probe), w):
@@ -155,8 +155,8 @@ class CompiledModel:
 
     def _from_forest(self, forest: HeapForest, rows: np.ndarray) -> list[np.ndarray]:
         return [
-            to_ms(p.astype(np.float64), lg)
-            for p, lg in zip(forest.predict(rows), self._logs, strict=True)
+            to_ms(p.astype(np.float64), sp, rows)
+            for p, sp in zip(forest.predict(rows), self._specs, strict=True)
         ]
 
     def _fallback(self, key):

@@ -17,6 +17,7 @@ import xgboost as xgb
 
 from services.trainer.window import N_FEATURES, WindowEntry, entries_of
 from shared.latency_model import (
+    BASES,
     LOSSES,
     TRANSFORMS,
     ModelSpec,
@@ -76,6 +77,10 @@ class FitConfig:
     # newest share; the candidates train on the rows before it: the model predicts what
     # comes after its window). docs/benchmarks.md "Choosing the level on the newest rows"
     selection_split: str = "random"
+    # what the TTFT models' trees correct (shared.latency_model.BASES): None, nothing (the
+    # trees alone); "estimate", the analytic TTFT estimate (a learned correction of it).
+    # docs/benchmarks.md "A learned correction of the estimate"
+    ttft_base: str | None = None
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
@@ -88,6 +93,11 @@ class FitConfig:
             raise ValueError("point_loss relative needs the log transform (target_transform log)")
         if not self.point_levels or any(not 0.0 < a < 1.0 for a in self.point_levels):
             raise ValueError("point_levels must be levels in (0, 1), at least one")
+        if self.ttft_base is not None:
+            if self.ttft_base not in BASES:
+                raise ValueError(f"ttft_base must be one of {BASES} or None")
+            if self.transform != "log" or self.features == "v1":
+                raise ValueError("ttft_base needs the log transform and features v2 or later")
         if self.selection_split not in SELECTION_SPLITS:
             raise ValueError(f"selection_split must be one of {SELECTION_SPLITS}")
         if self.selection_rows < 1 or self.selection_rounds < 1:
@@ -101,19 +111,23 @@ class FitConfig:
     def specs(self) -> tuple[ModelSpec, ...]:
         out: list[ModelSpec] = []
         for t in self.targets:
+            base = self.ttft_base if t == "ttft" else None
             if self.objective in ("mean", "both"):
                 # a relative spec carries the middle level until select_point_model picks
                 level = self.middle_level if self.point_loss == "relative" else None
                 out.append(
                     ModelSpec(
                         t, transform=self.transform, features=self.features,
-                        loss=self.point_loss, level=level,
+                        loss=self.point_loss, level=level, base=base,
                     )
                 )  # fmt: skip
             if self.objective in ("quantile", "both"):
                 out.append(
-                    ModelSpec(t, "quantile", self.quantile_alpha, self.transform, self.features)
-                )
+                    ModelSpec(
+                        t, "quantile", self.quantile_alpha, self.transform, self.features,
+                        base=base,
+                    )
+                )  # fmt: skip
         return tuple(out)
 
     @property
@@ -148,6 +162,7 @@ class FitConfig:
             "point_levels": list(self.point_levels),
             "squared_candidate": self.squared_candidate,
             "level_selection": self.selection_split,
+            "ttft_base": self.ttft_base,
         }
 
 
@@ -205,7 +220,7 @@ class FittedModel:
     samples: int  # training rows
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
-        return predict_booster(self.booster, rows, self.spec.columns, self.spec.log)
+        return predict_booster(self.booster, rows, self.spec)
 
 
 def missing_targets(
@@ -283,7 +298,7 @@ def select_point_model(
     mapes: list[float] = []
     for cand in candidates:
         b = fit_booster(x[fit], y[fit], cand, rounds=rounds, params=params, seed=seed)
-        mape = evaluate(predict_booster(b, x[val], cand.columns, cand.log), y[val], cand)["mape"]
+        mape = evaluate(predict_booster(b, x[val], cand), y[val], cand)["mape"]
         mapes.append(float(mape))  # type: ignore[arg-type]
     best = min(range(len(candidates)), key=lambda i: (mapes[i], i))  # ties: the first
     return candidates[best], {candidate_name(c): m for c, m in zip(candidates, mapes, strict=True)}

@@ -92,6 +92,14 @@ class TrainerSettings(CommonSettings):
         "before it, as the model will predict requests that come after its window; better "
         "on the train suite, worse on the validation set: docs/benchmarks.md)",
     )
+    ttft_base: Literal["none", "estimate"] = Field(
+        "none",
+        description="What the TTFT models' trees correct: none (the trees alone), or "
+        "estimate: the gateway's analytic TTFT estimate (feature estimate_ms) is the "
+        "booster's base margin and the trees fit the log ratio of TTFT to it, so a "
+        "prediction follows the estimate beyond the latencies the window holds (needs "
+        "target_transform log and feature_set v2 or v3)",
+    )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
     )
@@ -186,6 +194,7 @@ class TrainerSettings(CommonSettings):
             point_levels=tuple(self.point_levels),
             selection_split=self.level_selection,
             squared_candidate=self.point_squared_candidate,
+            ttft_base=None if self.ttft_base == "none" else self.ttft_base,
         )
 
     def shift_detector(self) -> ShiftDetector | None:
