@@ -26,6 +26,16 @@ samples before and scored on the next ones, starting after ``--after`` samples:
   (what no router can know, only better than it),
 - ``gateway + state oracle``.
 
+With ``--then-trace`` (a workload shift, as ``headroom lab --then-trace``) it instead bounds
+issue 15's recovery after the shift: the trainer's own TTFT fit (and the same correcting
+the analytic estimate, ``ttft_base=estimate``) walk-forward with every earlier request's TTFT
+known *at its dispatch* (no label delay, no publish delay: no live trainer can do better),
+refitted every ``--shift-step`` requests; and a non-causal reference fitted on the second
+trace's own rows (two-fold cross-fit: what the features can tell once the new regime has
+been seen). Each is scored as the lab's ``prediction.mape_timeline`` scores the live
+predictions (rolling TTFT MAPE in completion order, recovery within 1.2x of the pre-shift
+level).
+
 If even the state oracle cannot reach a MAPE, no routing-time feature can: what is left is
 set by what happens *after* the decision (later arrivals' prefill chunks slowing every
 decode step, the step that is running when the request arrives). ``--tail`` also reports
@@ -34,6 +44,7 @@ nothing arrives any more and TPOT falls to bare decode speed.
 
     headroom bench prediction-bound --trace ../shared/traces/X --rate-scale R
         [--policy headroom] [--limit N] [--only 'SET;SET'] [--json OUT]
+        [--then-trace ../shared/traces/Y --then-rate-scale R2 --then-limit M]
 """
 
 from __future__ import annotations
@@ -47,7 +58,9 @@ import numpy as np
 import xgboost as xgb
 
 from bench.lab.config import LabConfig
-from bench.lab.run import run_lab
+from bench.lab.report import OK, RequestRecord
+from bench.lab.run import load_lab_traces, run_lab
+from bench.lab.timeline import mape_timeline
 from services.trainer.fitting import (
     SELECTION_SPLITS,
     FitConfig,
@@ -72,11 +85,13 @@ def collect(config: LabConfig) -> tuple[dict, dict[str, np.ndarray]]:
 
     records: list = []
     report = run_lab(config, on_submit=on_submit, records_out=records)
-    rows, state, own, ttft, tpot, t = [], [], [], [], [], []
+    rows, state, own, ttft, tpot, t, index, finished = [], [], [], [], [], [], [], []
     for r in records:
         s = seen.get(f"r{r.index}")
         if s is None or r.pod_ttft_ms is None:
             continue
+        index.append(r.index)
+        finished.append(r.finished_s)
         rows.append(s[0])
         state.append(s[1])
         own.append((r.input_tokens, r.max_tokens))
@@ -89,7 +104,9 @@ def collect(config: LabConfig) -> tuple[dict, dict[str, np.ndarray]]:
         "own": np.array(own, dtype=np.float64),
         "ttft": np.array(ttft),
         "tpot": np.array(tpot),
-        "t": np.array(t),
+        "t": np.array(t),  # reached its pod
+        "index": np.array(index),  # trace index (a shift's second trace: from its first)
+        "finished": np.array(finished, dtype=np.float64),
     }
     return report, data
 
@@ -239,6 +256,60 @@ def evaluate(
     return out
 
 
+SHIFT_SETS = ("trainer v2, relative", "trainer v2, relative, estimate base")
+
+
+def _timeline(data: dict[str, np.ndarray], pred: np.ndarray, shift_index: int) -> dict:
+    """``mape_timeline`` of ``pred`` (TTFT ms per row, NaN: not predicted) on ``data``."""
+    cols = (data["index"], data["t"], data["ttft"], data["finished"], pred)
+    recs = [
+        RequestRecord(
+            int(i),
+            arrival_s=float(t),
+            input_tokens=0,
+            max_tokens=0,
+            status=OK,
+            first_token_s=float(t) + float(y) / 1000.0,
+            finished_s=float(f),
+            predicted_ttft_ms=float(p),
+        )
+        for i, t, y, f, p in zip(*cols, strict=True)
+        if np.isfinite(p)
+    ]
+    return mape_timeline(recs, shift_index=shift_index)
+
+
+def shift_bound(
+    data: dict[str, np.ndarray], shift_index: int, *, step: int, lead: int = 1500, seed: int = 0
+) -> dict:
+    """Issue 15 item 3's recovery for learners no live trainer can beat (the module
+    docstring): per set, the timeline (its ``shift`` summary and points). Walk-forward
+    starts ``lead`` requests (dispatch order) before the second trace's first."""
+    order = np.argsort(data["t"], kind="stable")
+    d = {k: v[order] for k, v in data.items()}
+    new = d["index"] >= shift_index
+    labels = {"ttft": d["ttft"]}
+    out: dict = {"step": step, "labels_known": "at dispatch", "sets": {}}
+    preds = {}
+    for name, base in zip(SHIFT_SETS, (None, "estimate"), strict=True):
+        config = FitConfig(targets=("ttft",), features="v2", ttft_base=base)
+        after = max(1, int(np.argmax(new)) - lead)
+        preds[name] = walk_forward_trainer(d["rows"], labels, after=after, step=step,
+                                           config=config)[0]["ttft"]  # fmt: skip
+        out["sets"][name] = _timeline(d, preds[name], shift_index)
+    # non-causal: each second-trace row predicted by a fit on the other half of them (the
+    # first trace keeps the plain walk-forward's predictions: the same pre-shift level)
+    fold = np.random.default_rng(seed).integers(0, 2, len(new))
+    everything = TrainingData(d["rows"], labels, d["t"])
+    ref = preds[SHIFT_SETS[0]].copy()
+    config = FitConfig(targets=("ttft",), features="v2")
+    for f in (0, 1):
+        model = fit_models(everything, new & (fold != f), config, seed=seed)["ttft"]
+        ref[new & (fold == f)] = model.predict(d["rows"][new & (fold == f)])
+    out["sets"]["cross-fit on the second trace (non-causal)"] = _timeline(d, ref, shift_index)
+    return out
+
+
 def summary(result: dict) -> str:
     lines = [f"{result['policy']} on {result['trace']} (rate x{result['rate_scale']}), "
              f"{result['requests']} requests, scored after {result['after']}:"]  # fmt: skip
@@ -250,7 +321,20 @@ def summary(result: dict) -> str:
                 extra = f"  (without the final drain: {100 * w['mape']:.1f}%)"
             lines.append(f"  {target.upper():4s} {name:24s} MAPE {100 * e['mape']:6.1f}%  "
                          f"median APE {100 * e['median_ape']:5.1f}%{extra}")  # fmt: skip
+    shift = result.get("shift")
+    if shift:
+        lines.append(f"after the shift to {result['then_trace']} (labels known at dispatch, "
+                     f"refit every {shift['step']}):")  # fmt: skip
+        for name, tl in shift["sets"].items():
+            s = tl["shift"]
+            pre, at = s["pre_ttft_mape"], s["ttft_mape_at_1000"]
+            lines.append(f"  {name:44s} pre-shift {_pct(pre)}, at 1,000 after {_pct(at)}, "
+                         f"back within {s['tolerance']}x after {s['recovered_after']} samples")  # fmt: skip
     return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -273,22 +357,46 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--level-selection", choices=SELECTION_SPLITS, default="random",
                    help="rows the trainer fits choose the relative level on (the trainer's "
                    "level_selection)")  # fmt: skip
+    p.add_argument(
+        "--train-interval-s",
+        type=float,
+        default=None,
+        help="the lab's refit cadence for a learning policy (default: auto)",
+    )
+    p.add_argument("--then-trace", help="a workload shift: this trace follows --trace (then "
+                   "only the shift bound is computed, plus the sets --only names)")  # fmt: skip
+    p.add_argument("--then-rate-scale", type=float, default=None)
+    p.add_argument("--then-limit", type=int, default=None)
+    p.add_argument(
+        "--shift-step",
+        type=int,
+        default=25,
+        help="with --then-trace: refit every this many requests",
+    )
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
     only = None if a.only is None else frozenset(x.strip() for x in a.only.split(";"))
+    if a.then_trace and only is None:
+        only = frozenset()
     started = time.perf_counter()
     config = LabConfig(trace=a.trace, policy=a.policy, pods=a.pods, rate_scale=a.rate_scale,
-                       limit=a.limit, seed=a.seed, streaming=True)  # fmt: skip
+                       limit=a.limit, seed=a.seed, streaming=True,
+                       train_interval_s=a.train_interval_s, then_trace=a.then_trace,
+                       then_rate_scale=a.then_rate_scale, then_limit=a.then_limit)  # fmt: skip
     report, data = collect(config)
     result = {
         "policy": a.policy, "trace": report["trace"], "rate_scale": a.rate_scale,
+        "then_trace": report["then_trace"], "then_rate_scale": a.then_rate_scale,
         "pods": a.pods, "requests": len(data["ttft"]), "after": a.after, "step": a.step,
         "errors": evaluate(data, after=a.after, step=a.step, tail_s=a.tail, only=only,
                            level_selection=a.level_selection),
         "level_selection": a.level_selection,
         "lab_prediction": report["prediction"],
-        "wall_seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip
+    if a.then_trace:
+        shift_index = load_lab_traces(config)[1]
+        result["shift"] = shift_bound(data, shift_index, step=a.shift_step, seed=a.seed)
+    result["wall_seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(result, indent=1)
     print(text)
     print(summary(result), file=sys.stderr)

@@ -11,7 +11,9 @@ it also sums up the recovery, issue 15's done-means 3:
   over the last ``window`` second-trace samples is back within ``tolerance`` x that level
   (None if it never is); ``ttft_mape_at_1000``: that rolling MAPE after 1,000 of them.
 
-``headroom lab plot-timeline REPORT.json [--out PNG]`` draws the timeline.
+``headroom lab plot-timeline REPORT.json [--out PNG]`` draws the timeline: of a lab report,
+or one curve per learner of a ``headroom bench prediction-bound --then-trace`` result (its
+``shift.sets``).
 
 Pure except :func:`run_plot_cli` (files).
 """
@@ -107,31 +109,47 @@ def mape_timeline(
     return out
 
 
-def plot(reports: Sequence[tuple[str, dict]], out: str) -> None:
+def timelines(label: str, report: dict) -> list[tuple[str, dict]]:
+    """The named timelines of one JSON file: a lab report's ``prediction.mape_timeline``, or
+    each set's of a prediction-bound shift result (``label: set``)."""
+    sets = (report.get("shift") or {}).get("sets")
+    if sets:
+        return [(f"{label}: {name}", tl) for name, tl in sets.items()]
+    return [(label, (report.get("prediction") or {}).get("mape_timeline") or {})]
+
+
+def plot(curves: Sequence[tuple[str, dict]], out: str) -> None:
+    """Rolling TTFT and TPOT MAPE of each ``(label, timeline)``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for label, rep in reports:
-        tl = (rep.get("prediction") or {}).get("mape_timeline") or {}
+    # with a shift in every curve, x counts samples from it (the curves may start apart)
+    shifts = [(tl.get("shift") or {}).get("at_sample") for _, tl in curves]
+    aligned = bool(curves) and all(shifts)
+    for (label, tl), at in zip(curves, shifts, strict=True):
         pts = tl.get("points") or []
-        xs = [p["samples"] for p in pts]
+        xs = [p["samples"] - (at if aligned else 0) for p in pts]
+        lines = []
         for ax, key in zip(axes, ("ttft_mape", "tpot_mape"), strict=True):
             ys = [None if p[key] is None else 100 * p[key] for p in pts]
-            ax.plot(xs, ys, label=label)
+            lines += ax.plot(xs, ys, label=label)
         shift = tl.get("shift") or {}
-        if shift.get("at_sample"):
+        if at:
             for ax in axes:
-                ax.axvline(shift["at_sample"], color="grey", linestyle="--", linewidth=0.8)
-            if shift.get("pre_ttft_mape") is not None:
-                axes[0].axhline(100 * shift["pre_ttft_mape"] * shift["tolerance"], color="grey",
-                                linestyle=":", linewidth=0.8)  # fmt: skip
-    w = next(((r.get("prediction") or {}).get("mape_timeline") or {} for _, r in reports), {})
+                ax.axvline(0 if aligned else at, color="grey", linestyle="--", linewidth=0.8)
+            if shift.get("pre_ttft_mape") is not None:  # the recovery bar, in the curve's colour
+                axes[0].axhline(100 * shift["pre_ttft_mape"] * shift["tolerance"],
+                                color=lines[0].get_color(), linestyle=":", linewidth=0.8)  # fmt: skip
+    w = next((tl for _, tl in curves), {})
     axes[0].set_ylabel(f"TTFT MAPE % (last {w.get('window', '?')})")
     axes[1].set_ylabel("TPOT MAPE %")
-    axes[1].set_xlabel("samples (completion order); dashed: the workload shift")
+    axes[1].set_xlabel(
+        ("samples after the shift" if aligned else "samples")
+        + " (completion order); dashed: the workload shift; dotted: 1.2x the pre-shift level"
+    )
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -143,7 +161,8 @@ def run_plot_cli(argv: list[str]) -> int:
         prog="headroom lab plot-timeline",
         description="Plot prediction.mape_timeline of lab reports (rolling MAPE over samples).",
     )
-    p.add_argument("reports", nargs="+", help="lab report JSON files (LABEL=FILE to name one)")
+    p.add_argument("reports", nargs="+", help="lab report or prediction-bound shift JSON files "
+                   "(LABEL=FILE to name one)")  # fmt: skip
     p.add_argument("--out", default="mape_timeline.png", help="PNG to write")
     a = p.parse_args(argv)
     loaded = []
@@ -151,7 +170,7 @@ def run_plot_cli(argv: list[str]) -> int:
         label, sep, path = spec.partition("=")
         if not sep:
             label, path = Path(spec).stem, spec
-        loaded.append((label, json.loads(Path(path).read_text())))
+        loaded += timelines(label, json.loads(Path(path).read_text()))
     plot(loaded, a.out)
     print(a.out, file=sys.stderr)
     return 0

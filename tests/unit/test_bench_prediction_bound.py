@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.bench_prediction_bound import collect, errors, evaluate, walk_forward
+from bench.bench_prediction_bound import (
+    SHIFT_SETS,
+    collect,
+    errors,
+    evaluate,
+    shift_bound,
+    walk_forward,
+)
 from bench.lab.config import LabConfig
-from bench.lab.synthetic import write_mooncake_trace
+from bench.lab.synthetic import write_azure_trace, write_mooncake_trace
 from shared.features import FEATURES
 
 
@@ -47,3 +54,24 @@ def test_collect_and_evaluate_on_a_small_lab_run(tmp_path):
     only = evaluate(data, after=60, step=30, tail_s=1.0, only=frozenset({"trainer v2, squared"}))
     assert set(only["tpot"]) == {"trainer v2, squared"}
     assert set(only["ttft"]) == {"analytic estimate", "trainer v2, squared"}
+
+
+def test_the_shift_bound_scores_each_learner_around_the_shift(tmp_path):
+    first = write_mooncake_trace(tmp_path / "m.jsonl", 160, rate_rps=8.0)
+    then = write_azure_trace(tmp_path / "a.csv", 120, rate_rps=12.0, seed=3)
+    config = LabConfig(trace=str(first), then_trace=str(then), policy="gie-default", pods=2)
+    _, data = collect(config)
+    assert set(data["index"][data["index"] >= 160]) and data["finished"].min() > 0
+    out = shift_bound(data, 160, step=40, lead=100)
+    assert out["labels_known"] == "at dispatch" and out["step"] == 40
+    sets = out["sets"]
+    assert set(sets) == {*SHIFT_SETS, "cross-fit on the second trace (non-causal)"}
+    plain, ref = (
+        sets["trainer v2, relative"]["shift"],
+        sets["cross-fit on the second trace (non-causal)"]["shift"],
+    )
+    # the reference keeps the walk-forward's first-trace predictions: the same bar
+    assert ref["pre_ttft_mape"] == plain["pre_ttft_mape"] is not None
+    assert ref["second_trace_samples"] == plain["second_trace_samples"] == 120
+    for tl in sets.values():
+        assert tl["points"] and all(p["ttft_mape"] >= 0 for p in tl["points"] if p["ttft_mape"])

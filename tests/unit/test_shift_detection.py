@@ -10,7 +10,7 @@ import pytest
 
 from bench.lab.learning import OnlineLearner
 from bench.lab.report import OK, RequestRecord
-from bench.lab.timeline import mape_timeline
+from bench.lab.timeline import mape_timeline, plot, timelines
 from services.trainer.settings import TrainerSettings
 from shared.drift import ShiftDetector
 from tests.unit.trainer_synth import synthetic_samples as make_samples
@@ -98,6 +98,18 @@ def test_timeline_recovery_summary():
     # them are at 22% ((6 x 1.0 + 244 x 0.22) / 250 = 0.2387)
     assert s["recovered_after"] == 644 and s["ttft_mape_at_1000"] == pytest.approx(0.22)
     assert len(tl["points"]) == 30
+
+
+def test_plot_timeline_reads_lab_reports_and_shift_bounds(tmp_path):
+    tl = {"window": 250, "points": [{"samples": k, "t": k, "ttft_mape": 0.2, "tpot_mape": None}
+          for k in range(100, 1100, 100)], "shift": {"at_sample": 500, "pre_ttft_mape": 0.2,
+          "tolerance": 1.2}}  # fmt: skip
+    lab = timelines("live", {"prediction": {"mape_timeline": tl}})
+    bound = timelines("bound", {"shift": {"step": 25, "sets": {"a": tl, "b": tl}}})
+    assert lab == [("live", tl)] and [n for n, _ in bound] == ["bound: a", "bound: b"]
+    out = tmp_path / "t.png"
+    plot(lab + bound, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def _bursty(n: int, rng: random.Random) -> list[float]:
