@@ -319,8 +319,8 @@ def summary(result: dict) -> str:
             w = e.get("without_final_drain")
             if w is not None and w["mape"] is not None:
                 extra = f"  (without the final drain: {100 * w['mape']:.1f}%)"
-            lines.append(f"  {target.upper():4s} {name:24s} MAPE {100 * e['mape']:6.1f}%  "
-                         f"median APE {100 * e['median_ape']:5.1f}%{extra}")  # fmt: skip
+            lines.append(f"  {target.upper():4s} {name:24s} MAPE {_pct(e['mape']):>6s}  "
+                         f"median APE {_pct(e['median_ape']):>5s}{extra}")  # fmt: skip
     shift = result.get("shift")
     if shift:
         lines.append(f"after the shift to {result['then_trace']} (labels known at dispatch, "

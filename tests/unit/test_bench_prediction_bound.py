@@ -11,6 +11,7 @@ from bench.bench_prediction_bound import (
     errors,
     evaluate,
     shift_bound,
+    summary,
     walk_forward,
 )
 from bench.lab.config import LabConfig
@@ -75,3 +76,10 @@ def test_the_shift_bound_scores_each_learner_around_the_shift(tmp_path):
     assert ref["second_trace_samples"] == plain["second_trace_samples"] == 120
     for tl in sets.values():
         assert tl["points"] and all(p["ttft_mape"] >= 0 for p in tl["points"] if p["ttft_mape"])
+
+
+def test_the_summary_prints_sets_that_scored_nothing():
+    empty = {"mape": None, "median_ape": None, "n": 0}
+    result = {"policy": "p", "trace": "t", "rate_scale": 1.0, "requests": 10, "after": 2000,
+              "errors": {"ttft": {"analytic estimate": empty}, "tpot": {}}}  # fmt: skip
+    assert "analytic estimate" in summary(result) and "-" in summary(result)
