@@ -148,10 +148,13 @@ class ModelSpec:
         return {"objective": "reg:quantileerror", "quantile_alpha": self.alpha, **base}
 
     def margin(self, rows: np.ndarray) -> np.ndarray | None:
-        """The base margin of full feature rows (n x FEATURES), float64, or None."""
+        """The base margin of full feature rows (n x FEATURES), float64, or None. Read from
+        the estimate as float32, as XGBoost reads every feature: float32 and float64 rows
+        (the binary and JSON wire formats, one request or a batch) get the same margin."""
         if self.base is None:
             return None
-        return np.log1p(np.maximum(np.asarray(rows, dtype=np.float64)[:, ESTIMATE_COLUMN], 0.0))
+        est = np.asarray(rows)[:, ESTIMATE_COLUMN].astype(np.float32).astype(np.float64)
+        return np.log1p(np.maximum(est, 0.0))
 
     @property
     def log(self) -> bool:

@@ -8,6 +8,7 @@ import time
 
 import aiohttp
 import nats.errors
+import numpy as np
 import pytest
 
 from services import model_cli
@@ -17,7 +18,7 @@ from services.trainer.fitting import FitConfig, TrainingData
 from services.trainer.service import TrainerService
 from shared.bus import connect_nats, connect_redis, ensure_samples_stream
 from shared.features import FEATURES
-from shared.model_store import next_version, publish_version
+from shared.model_store import load_version, next_version, publish_version
 from shared.schemas import ModelAnnouncement, PredictReply, PredictRequest
 from shared.subjects import Names
 from tests.integration.trainer_harness import (
@@ -332,3 +333,45 @@ async def test_a_lone_request_is_answered_inline_and_a_burst_is_batched(isolated
         await p.stop()
         await nc.close()
         await r.aclose()
+
+
+async def test_a_corrected_estimate_travels_from_the_trainer_to_every_serving_path(isolated):
+    """HEADROOM_TRAINER_TTFT_BASE=estimate through the real services: the trainer's version
+    says so in Redis, and the predictor's answers over NATS add the estimate's margin exactly
+    as the version loaded here does (rows of one request go to the forest, a batch to
+    XGBoost)."""
+    names: Names = isolated["names"]
+    estimate = FEATURES.index("estimate_ms")
+    samples = make_samples(60, seed=9)
+    for s in samples:  # TTFT ~ 1.5x the analytic estimate, which the rows now carry
+        s.features[estimate] = s.ttft_ms / 1.5
+    nc = await connect_nats(isolated["nats_url"], "test")
+    js = nc.jetstream()
+    await ensure_samples_stream(js, names)
+    r = await connect_redis(isolated["redis_url"])
+    predictor = PredictorService(predictor_settings(isolated, "rep-0", reload_interval_s=30.0))
+    trainer = TrainerService(trainer_settings(isolated, ttft_base="estimate"))
+    await predictor.start()
+    await trainer.start()
+    try:
+        await publish_samples(js, names, samples)
+        await eventually(lambda: predictor.slot.version == "v1")
+        model = await load_version(r, names, "v1")
+        assert model.meta.targets["ttft"]["base"] == "estimate"
+        assert model.meta.params["ttft_base"] == "estimate"
+        far = [list(s.features) for s in samples[:40]]
+        for row in far:
+            row[estimate] *= 20.0  # far beyond every estimate the model was fitted on
+        for rows in (far[:1], far):
+            reply = await predict(nc, names, rows)
+            assert reply.status == "ok" and reply.model_version == "v1", reply.error
+            x = np.asarray(rows, dtype=np.float64)
+            want = model.predict_key("ttft", x).astype(np.float32)
+            assert np.array_equal(np.asarray(reply.ttft_ms, np.float32), want)
+        # each prediction follows its estimate (20x the sample's) far beyond the fitted range
+        assert all(p > 10.0 * s.ttft_ms for p, s in zip(reply.ttft_ms, samples, strict=False))
+    finally:
+        await trainer.stop()
+        await predictor.stop()
+        await r.aclose()
+        await nc.close()
