@@ -291,9 +291,9 @@ def shift_bound(
     labels = {"ttft": d["ttft"]}
     out: dict = {"step": step, "labels_known": "at dispatch", "sets": {}}
     preds = {}
+    after = max(1, int(np.argmax(new)) - lead)
     for name, base in zip(SHIFT_SETS, (None, "estimate"), strict=True):
         config = FitConfig(targets=("ttft",), features="v2", ttft_base=base)
-        after = max(1, int(np.argmax(new)) - lead)
         preds[name] = walk_forward_trainer(d["rows"], labels, after=after, step=step,
                                            config=config)[0]["ttft"]  # fmt: skip
         out["sets"][name] = _timeline(d, preds[name], shift_index)

@@ -79,7 +79,8 @@ class FitConfig:
     selection_split: str = "random"
     # what the TTFT models' trees correct (shared.latency_model.BASES): None, nothing (the
     # trees alone); "estimate", the analytic TTFT estimate (a learned correction of it).
-    # docs/benchmarks.md "A learned correction of the estimate"
+    # docs/benchmarks.md "A learned correction of the analytic
+    # estimate"
     ttft_base: str | None = None
 
     def __post_init__(self) -> None:
