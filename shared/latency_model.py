@@ -25,6 +25,7 @@ wherever a mean model is.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -62,6 +63,12 @@ MAPE_FLOOR_MS = 1.0  # labels below 1 ms count as 1 ms in MAPE (no division blow
 # the estimate (a learned correction that extrapolates with the estimate, where trees alone
 # stay within the latencies they were fitted on). TTFT models on the log transform only.
 BASES = ("estimate",)
+# A quantile model's conformal shift: a constant added to the booster's output in the
+# target's own space (log1p(ms) on the log transform: a scale of 1 + ms) before the
+# transform is undone, chosen by split-conformal calibration on rows the trees did not train
+# on (services/trainer/fitting.py) so that the share of labels at or below the prediction is
+# the model's quantile level. Fitted quantile trees under-cover what comes after their
+# window (p90 coverage 0.49-0.79 on the validation workloads, docs/benchmarks.md).
 
 # llm-d's predictor defaults: 200 trees, depth 6, learning rate 0.05, raw-millisecond targets.
 DEFAULT_PARAMS: dict[str, object] = {
@@ -88,6 +95,7 @@ class ModelSpec:
     loss: str = "squared"  # a mean model's loss (LOSSES); quantile models keep "squared"
     level: float | None = None  # the pinball level of a relative mean model (log target)
     base: str | None = None  # what the trees correct (BASES; None: nothing)
+    shift: float | None = None  # a quantile model's conformal shift (see above; None: none)
 
     def __post_init__(self) -> None:
         if self.features not in FEATURE_SETS:
@@ -116,6 +124,11 @@ class ModelSpec:
                 raise ValueError(f"unknown base {self.base!r} (one of {BASES})")
             if self.target != "ttft" or self.transform != "log":
                 raise ValueError("an estimate base needs a TTFT model on the log transform")
+        if self.shift is not None:
+            if self.objective != "quantile":
+                raise ValueError("only a quantile model has a conformal shift")
+            if not math.isfinite(self.shift):
+                raise ValueError("a conformal shift must be finite")
 
     @property
     def relative(self) -> bool:
@@ -173,6 +186,8 @@ class ModelSpec:
             d["level"] = self.level
         if self.base is not None:
             d["base"] = self.base
+        if self.shift is not None:
+            d["shift"] = self.shift
         return d
 
 
@@ -193,6 +208,9 @@ def spec_from_info(key: str, info: dict) -> ModelSpec:
     base = info.get("base")  # versions before bases: the trees alone
     if base is not None and not isinstance(base, str):
         raise ValueError("base must be a name")
+    shift = info.get("shift")  # versions before calibration: none
+    if shift is not None and (not isinstance(shift, int | float) or isinstance(shift, bool)):
+        raise ValueError("shift must be a number")
     if level is not None and (not isinstance(level, int | float) or isinstance(level, bool)):
         raise ValueError("level must be a number")
     spec = ModelSpec(
@@ -204,6 +222,7 @@ def spec_from_info(key: str, info: dict) -> ModelSpec:
         str(loss),
         None if level is None else float(level),
         base,
+        None if shift is None else float(shift),
     )
     if spec.key != key:
         raise ValueError(f"model key {key!r} does not match its spec ({spec.key!r})")
@@ -234,11 +253,14 @@ def fit_booster(
 
 def to_ms(raw: np.ndarray, spec: ModelSpec, rows: np.ndarray) -> np.ndarray:
     """A booster's output without a margin (float64, modified in place) for full feature
-    ``rows`` as milliseconds >= 0: plus the spec's base margin, then its transform undone.
-    Every serving path (XGBoost, the C API, the tree forest) ends here, so all agree."""
+    ``rows`` as milliseconds >= 0: plus the spec's base margin and conformal shift, then its
+    transform undone. Every serving path (XGBoost, the C API, the tree forest) ends here, so
+    all agree."""
     margin = spec.margin(rows)
     if margin is not None:
         raw += margin
+    if spec.shift is not None:
+        raw += spec.shift
     if spec.log:
         np.expm1(raw, out=raw)
     return np.maximum(raw, 0.0, out=raw)
@@ -255,6 +277,29 @@ def predict_booster(
     cols = spec.columns if columns is None else columns
     pred = booster.inplace_predict(np.ascontiguousarray(x[:, list(cols)]))
     return to_ms(np.array(pred, dtype=np.float64), spec, x)
+
+
+def conformal_shift(booster: xgb.Booster, x: np.ndarray, y: np.ndarray, spec: ModelSpec) -> float:
+    """The split-conformal shift of a quantile model (``spec`` without one) from calibration
+    rows ``x`` (n x FEATURES) and labels ``y`` (ms) its booster did not train on: the scores
+    are each label minus the booster's output in the target's space (log1p(ms) on the log
+    transform, base margin included), and the shift is their ceil((n + 1) x alpha)-th
+    smallest (the largest when that is beyond n): with the shift added, at least alpha of
+    exchangeable future labels fall at or below the prediction (conformalized quantile
+    regression, one-sided). Negative when the trees over-cover."""
+    if spec.objective != "quantile":
+        raise ValueError("only a quantile model is calibrated")
+    if len(x) != len(y) or len(y) == 0:
+        raise ValueError("conformal_shift needs equally many rows and labels, at least one")
+    out = booster.inplace_predict(np.ascontiguousarray(x[:, list(spec.columns)]))
+    out = np.asarray(out, dtype=np.float64)
+    margin = spec.margin(x)
+    if margin is not None:
+        out += margin
+    label = np.log1p(np.maximum(y, 0.0)) if spec.log else np.asarray(y, dtype=np.float64)
+    scores = np.sort(label - out)
+    k = min(len(scores), math.ceil((len(scores) + 1) * spec.alpha))
+    return float(scores[k - 1])
 
 
 def evaluate(pred: np.ndarray, y: np.ndarray, spec: ModelSpec) -> dict[str, float | int | None]:

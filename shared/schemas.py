@@ -296,7 +296,9 @@ class ModelMeta(Message):
     samples: int
     feature_schema: int
     # model key ("ttft", "tpot", "e2e", "ttft_p90", ...) -> {"sha256": hex, "columns": [feature
-    # indices], "format": "ubj"} plus (optional) "target", "objective", "quantile_alpha"
+    # indices], "format": "ubj"} plus (optional) "target", "objective", "quantile_alpha",
+    # "transform", "features", "loss", "level", "base", "shift" (shared.latency_model.ModelSpec;
+    # a reader older than "shift" serves that quantile model uncalibrated)
     targets: dict[str, Any]
     # model key -> {"mape", "mae", "n"/"holdout", "samples"; quantile keys also "coverage",
     # "pinball"}: the candidate's holdout evaluation

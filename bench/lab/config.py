@@ -18,10 +18,16 @@ DEFAULT_POD_INGRESS_US_PER_TOKEN = 1.0
 DEFAULT_PREDICT_LATENCY_MS = 2.0
 # Trainer settings a policy runs with unless --trainer-set says otherwise: llmd-predicted is
 # the faithful upstream baseline, so its learner fits raw milliseconds on llm-d's eleven
-# features (feature set v1) with squared error, as llm-d's predictor does (ours fits log(1 + ms) on
-# v2 with the relative point loss by default).
+# features (feature set v1) with squared error and uncalibrated quantile trees, as llm-d's
+# predictor does (ours fits log(1 + ms) on v2 with the relative point loss and calibrates its
+# quantile models by default).
 POLICY_TRAINER_DEFAULTS: dict[str, dict[str, object]] = {
-    "llmd-predicted": {"target_transform": "none", "feature_set": "v1", "point_loss": "squared"},
+    "llmd-predicted": {
+        "target_transform": "none",
+        "feature_set": "v1",
+        "point_loss": "squared",
+        "quantile_calibration": 0.0,
+    },
 }
 
 # oracle-rollout(-blind)'s default cohort horizon in virtual seconds (bench/lab/rollout.py)

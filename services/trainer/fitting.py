@@ -22,6 +22,7 @@ from shared.latency_model import (
     TRANSFORMS,
     ModelSpec,
     booster_to_bytes,
+    conformal_shift,
     evaluate,
     fit_booster,
     predict_booster,
@@ -45,6 +46,11 @@ SELECTION_MAX_BIN = 64
 SELECTION_SHARE = 0.2  # share of the rows held out to compare the level candidates
 SELECTION_SPLITS = ("random", "recent")
 MIN_SELECTION_ROWS = 50  # fewer labelled rows: no selection, the middle level is taken
+# The quantile models' split-conformal calibration (shared.latency_model.conformal_shift):
+# the newest share of a fit's rows calibrates a model fitted on the rest (the rows after a
+# window are what the model serves); with fewer calibration rows than this, no shift
+DEFAULT_QUANTILE_CALIBRATION = 0.3
+MIN_CALIBRATION_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,9 @@ class FitConfig:
     # docs/benchmarks.md "A learned correction of the analytic
     # estimate"
     ttft_base: str | None = None
+    # share of a quantile model's rows (the newest) that calibrate it instead of training it
+    # (fit_quantile_model); 0: uncalibrated trees
+    quantile_calibration: float = DEFAULT_QUANTILE_CALIBRATION
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVE_CHOICES:
@@ -99,6 +108,8 @@ class FitConfig:
                 raise ValueError(f"ttft_base must be one of {BASES} or None")
             if self.transform != "log" or self.features == "v1":
                 raise ValueError("ttft_base needs the log transform and features v2 or later")
+        if not 0.0 <= self.quantile_calibration < 1.0:
+            raise ValueError("quantile_calibration must be in [0, 1)")
         if self.selection_split not in SELECTION_SPLITS:
             raise ValueError(f"selection_split must be one of {SELECTION_SPLITS}")
         if self.selection_rows < 1 or self.selection_rounds < 1:
@@ -164,6 +175,7 @@ class FitConfig:
             "squared_candidate": self.squared_candidate,
             "level_selection": self.selection_split,
             "ttft_base": self.ttft_base,
+            "quantile_calibration": self.quantile_calibration,
         }
 
 
@@ -305,23 +317,53 @@ def select_point_model(
     return candidates[best], {candidate_name(c): m for c, m in zip(candidates, mapes, strict=True)}
 
 
+def fit_quantile_model(
+    x: np.ndarray,
+    y: np.ndarray,
+    ts: np.ndarray,
+    spec: ModelSpec,
+    config: FitConfig,
+    *,
+    seed: int = 0,
+) -> tuple[ModelSpec, xgb.Booster, int]:
+    """A quantile model with its split-conformal shift: the newest ``quantile_calibration``
+    share of the rows (by ``ts``; ties keep row order) calibrates a booster fitted on the
+    rest (:func:`shared.latency_model.conformal_shift`). Returns (spec with the shift,
+    booster, rows trained on); without calibration (share 0, or fewer than
+    ``MIN_CALIBRATION_ROWS`` calibration rows) the booster is fitted on every row, no shift."""
+    n_cal = int(len(y) * config.quantile_calibration)
+    rounds, params = config.rounds, config.xgb_params()
+    if n_cal < MIN_CALIBRATION_ROWS:
+        return spec, fit_booster(x, y, spec, rounds=rounds, params=params, seed=seed), len(y)
+    order = np.argsort(ts, kind="stable")  # oldest first
+    fit, cal = order[: len(y) - n_cal], order[len(y) - n_cal :]
+    booster = fit_booster(x[fit], y[fit], spec, rounds=rounds, params=params, seed=seed)
+    shift = conformal_shift(booster, x[cal], y[cal], spec)
+    return replace(spec, shift=shift), booster, len(fit)
+
+
 def fit_models(
     data: TrainingData, train: np.ndarray, config: FitConfig, *, seed: int = 0
 ) -> dict[str, FittedModel]:
     """Fit every spec of ``config`` on the labelled rows selected by the ``train`` mask (a
-    relative mean model as :func:`select_point_model` chooses on those rows)."""
+    relative mean model as :func:`select_point_model` chooses on those rows, a quantile
+    model calibrated by :func:`fit_quantile_model`)."""
     out: dict[str, FittedModel] = {}
     for spec in config.specs():
         mask = train & data.labelled(spec.target)
         x, y = data.rows[mask], data.labels[spec.target][mask]
-        if spec.relative:
-            ts = data.ts[mask]
-            spec = select_point_model(x, y, spec, config, seed=seed, ts=ts)[0]
-        booster = fit_booster(
-            x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
-        )
+        n = int(mask.sum())
+        if spec.objective == "quantile":
+            spec, booster, n = fit_quantile_model(x, y, data.ts[mask], spec, config, seed=seed)
+        else:
+            if spec.relative:
+                ts = data.ts[mask]
+                spec = select_point_model(x, y, spec, config, seed=seed, ts=ts)[0]
+            booster = fit_booster(
+                x, y, spec, rounds=config.rounds, params=config.xgb_params(), seed=seed
+            )
         blob = booster_to_bytes(booster)
-        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), int(mask.sum()))
+        out[spec.key] = FittedModel(spec, booster, blob, sha256(blob), n)
     return out
 
 

@@ -7,7 +7,12 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.trainer.fitting import DEFAULT_POINT_LEVELS, FitConfig
+from services.trainer.fitting import (
+    DEFAULT_POINT_LEVELS,
+    DEFAULT_QUANTILE_CALIBRATION,
+    MIN_CALIBRATION_ROWS,
+    FitConfig,
+)
 from services.trainer.strata import DEFAULT_STRATA, Strata
 from services.trainer.validation import Limits
 from services.trainer.window import SampleWindow
@@ -99,6 +104,15 @@ class TrainerSettings(CommonSettings):
         "booster's base margin and the trees fit the log ratio of TTFT to it, so a "
         "prediction follows the estimate beyond the latencies the window holds (needs "
         "target_transform log and feature_set v2 or v3)",
+    )
+    quantile_calibration: float = Field(
+        DEFAULT_QUANTILE_CALIBRATION,
+        ge=0,
+        lt=1,
+        description="Share of a quantile model's rows, the newest, held out of its fit to "
+        "calibrate it (split-conformal: a constant shift of its output, log(1 + ms) by default, so "
+        "that the quantile's share of those rows falls at or below it; 0: uncalibrated trees). "
+        f"Needs at least {MIN_CALIBRATION_ROWS} such rows",
     )
     e2e_model: bool = Field(
         False, description="Also fit an end-to-end latency model (non-streaming mode)"
@@ -195,6 +209,7 @@ class TrainerSettings(CommonSettings):
             selection_split=self.level_selection,
             squared_candidate=self.point_squared_candidate,
             ttft_base=None if self.ttft_base == "none" else self.ttft_base,
+            quantile_calibration=self.quantile_calibration,
         )
 
     def shift_detector(self) -> ShiftDetector | None:

@@ -89,15 +89,19 @@ def test_build_meta_describes_every_model(train):
         "objective": "quantile",
         "quantile_alpha": 0.9,
         "transform": "log",
+        "shift": result.models["ttft_p90"].spec.shift,  # calibrated on the newest 405 rows
     }
+    assert isinstance(meta.targets["ttft_p90"]["shift"], float)
     assert meta.metrics["ttft"]["holdout"] == 150 and meta.metrics["ttft"]["samples"] == 1350
+    assert meta.metrics["ttft_p90"]["samples"] == 1350 - 405
     assert meta.bucket_coverage == {"buckets_filled": 3}
     assert meta.evaluation["decision"] == "promote" and meta.params["rounds"] == 5
     assert meta.trained_until is not None and meta.source == "trainer"
     again = ModelMeta.decode(meta.encode())
     assert again == meta
     loaded = LatencyModel.from_blobs(again, blobs)
-    assert loaded.spec("tpot_p90") == ModelSpec("tpot", "quantile", 0.9, "log")
+    shift = result.models["tpot_p90"].spec.shift
+    assert loaded.spec("tpot_p90") == ModelSpec("tpot", "quantile", 0.9, "log", shift=shift)
 
 
 def test_small_fit_has_no_holdout_metrics():
