@@ -67,6 +67,12 @@ TRAIN: tuple = (
         (0.2, Rag(documents=3, document=LogNormal(20_000, 50_000, 10_000, 80_000), zipf=1.0,
                   system_tokens=512, output=LogNormal(100, 300, 20, 600))),
     ), rate_rps=10.0), seed=1107, requests=1000),
+    WorkloadSpec("rag-hot-a", Rag(
+        documents=4, document=LogNormal(15_000, 40_000, 5_000, 50_000), zipf=0.6,
+        docs_per_request=1, system_tokens=768, question=LogNormal(60, 200, 5, 500),
+        output=LogNormal(150, 400, 20, 700), arrival=Arrival("poisson", 1.0)),
+        seed=1108, requests=500,
+        note="a few hot documents: cache hits pile long contexts onto the pods holding them"),
     TraceSlice("mooncake-h1", MOONCAKE, half=1, window=TRACE_WINDOW[MOONCAKE]),
     TraceSlice("azure-code-h1", AZURE, half=1, window=TRACE_WINDOW[AZURE]),
 )  # fmt: skip
@@ -108,6 +114,11 @@ VALIDATION: tuple = (
         (0.3, Chat(prompt=LogNormal(600, 1800, 300, 3000), output=LogNormal(250, 600, 50, 800),
                    arrival=Arrival("gamma", 10.0, cv=2.0))),
     ), rate_rps=8.0), seed=2107, requests=1000),
+    WorkloadSpec("rag-hot-b", Rag(
+        documents=3, document=LogNormal(20_000, 60_000, 8_000, 70_000), zipf=0.9,
+        docs_per_request=1, system_tokens=1536, question=LogNormal(100, 300, 10, 800),
+        output=LogNormal(250, 600, 30, 1000), arrival=Arrival("gamma", 1.0, cv=1.5)),
+        seed=2108, requests=500, note="a few hot documents, other sizes and arrivals"),
     TraceSlice("mooncake-h2", MOONCAKE, half=2, window=TRACE_WINDOW[MOONCAKE]),
     TraceSlice("azure-code-h2", AZURE, half=2, window=TRACE_WINDOW[AZURE]),
 )  # fmt: skip

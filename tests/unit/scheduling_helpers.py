@@ -29,12 +29,16 @@ class P:
     service: float = 0.1  # this request's own prefill estimate there, seconds
     protected: int = 0  # decoding requests still within their SLO
     tpot_s: float | None = None  # measured recent TPOT there (the pod view's EWMA)
+    context: float = 0.0  # prompt tokens in flight there (the pod view's context_tokens)
+    decode_k: float = 0.0  # decode seconds per step per context token (learned)
+    decode_free: float = 0.0  # the context where attention takes as long as the rest
 
 
 def rows_of(pods: list[P], input_tokens: int = 100) -> CandidateRows:
     cands = [
         Candidate(f"pod-{i}", f"http://pod-{i}", PodLoad(p.waiting, p.running, p.kv), False,
-                  None, p.in_flight, p.tpot_slo, p.backlog, p.protected, p.tpot_s)
+                  None, p.in_flight, p.tpot_slo, p.backlog, p.protected, p.tpot_s, p.context,
+                  p.decode_k, p.decode_free)
         for i, p in enumerate(pods)
     ]  # fmt: skip
     scores = [p.prefix for p in pods]
@@ -54,8 +58,11 @@ def req(
     priority: int = 0,
     max_tokens: int = 100,
     queued_s: float = 0.0,
+    input_tokens: int = 100,
 ) -> SchedulingRequest:
-    return SchedulingRequest("m", 100, (), ttft, tpot, priority, max_tokens, queued_s=queued_s)
+    return SchedulingRequest(
+        "m", input_tokens, (), ttft, tpot, priority, max_tokens, queued_s=queued_s
+    )
 
 
 def cycle(

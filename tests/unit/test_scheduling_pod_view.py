@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.gateway.scheduling.cost_model import DECODE_PRIOR_S_PER_TOKEN
 from services.gateway.scheduling.pod_view import COLD_OBSERVATIONS, PodView
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
@@ -352,3 +353,44 @@ def test_work_the_scrape_shows_beyond_our_own_counts_too():
     assert b.backlog_s == pytest.approx(v.cost.estimate(1000)) and b.protected_decodes == 1
     # a stale scrape says nothing about others
     assert v.candidates(MODEL, 103.0)[0].backlog_s == 0.0
+
+
+def test_the_context_in_flight_is_counted_and_teaches_the_decode_slope():
+    v = view(rec("a"), rec("b"))
+    v.on_dispatch("r1", "a", 1000, 50, 100.0, cached_tokens=30_000)  # a cached document
+    v.on_dispatch("r2", "a", 500, 50, 100.0)
+    a, b = v.candidates(MODEL, 100.0)
+    assert a.context_tokens == 31_500 and b.context_tokens == 0.0
+    assert a.decode_s_per_token == DECODE_PRIOR_S_PER_TOKEN  # nothing learned yet
+    v.on_first_token("r1", 100.5)  # the pod holds 31,500 tokens at its first token
+    v.on_finish("r2", 101.0, output_tokens=0)  # failed: leaves, teaches nothing
+    assert v.decode.for_class(None).observations == 0
+    # 20 ms over a mean context of 31,250: 31,500 at its first token, its own 31,000 at its end
+    v.on_finish("r1", 101.5, output_tokens=51)
+    m = v.decode.for_class(None)
+    assert m.observations == 1 and m._x == pytest.approx(3.125)  # in units of 1e4 tokens
+    assert v.candidates(MODEL, 102.0)[0].context_tokens == 0.0
+    # untimed first tokens teach nothing
+    v.on_dispatch("r3", "a", 100, 50, 103.0)
+    v.on_first_token("r3")
+    v.on_finish("r3", 104.0, output_tokens=51)
+    assert m.observations == 1
+
+
+def test_the_decode_slope_is_learned_from_the_pods_own_tpot():
+    v = view(rec("a"))
+    t = 100.0
+    for i in range(400):  # one request decoding beside i % 8 others of 20k tokens each
+        others = [f"o{i}-{j}" for j in range(i % 8)]
+        for o in others:
+            v.on_dispatch(o, "a", 20_000, 10, t)
+        v.on_dispatch(f"r{i}", "a", 20_000, 50, t)
+        v.on_first_token(f"r{i}", t)
+        ctx = 20_000 * (len(others) + 1)
+        v.on_finish(f"r{i}", t + 50 * (0.01 + 9e-8 * ctx), output_tokens=51)
+        for o in others:
+            v.on_finish(o)
+        t += 10.0
+    a = v.candidates(MODEL, t)[0]
+    assert a.decode_s_per_token == pytest.approx(9e-8, rel=0.05)
+    assert a.decode_free_tokens == pytest.approx(0.01 / 9e-8, rel=0.1)

@@ -18,7 +18,7 @@ from services.gateway.scheduling.plugins.producer import PredictedLatencyProduce
 from services.gateway.scheduling.plugins.scorers import KvCacheUtilizationScorer, QueueScorer
 from services.gateway.scheduling.prediction import Prediction
 from services.gateway.scheduling.scheduler import PluginTimer, Scheduler
-from tests.unit.scheduling_helpers import P, predictions_of, req, rows_of
+from tests.unit.scheduling_helpers import P, cycle, predictions_of, req, rows_of
 
 CFG = load_config()
 BUSY = {"running": 3, "in_flight": 3, "kv": 0.5}
@@ -396,3 +396,59 @@ def test_a_shortlist_lets_the_predictions_rank_only_the_least_estimated_pods():
     one = decide(1)
     assert (one.ranked, one.path) == ([0, 1, 2], "cost-model")
     assert not LatencyCostScorer.create(latency="predicted", shortlist=1).reads_predictions(req())
+
+
+def test_the_decode_price_moves_a_request_off_a_pod_crowded_with_long_contexts():
+    """A cached 37k-token prompt costs no prefill on the pod holding its document but every
+    decode step there reads 2M tokens of context: with decodeWeight the pod's decode time
+    (own steps over the context, plus its prompt in each step of the 60 requests there)
+    outweighs a cold 2 s prefill on an empty pod."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer, _decode_s
+
+    k = 6e-8
+    pods = [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k),
+            P(service=2.0, context=0, in_flight=0, decode_k=k)]  # fmt: skip
+    request = req(input_tokens=37_000, max_tokens=200)
+
+    def chosen(weight, pods=pods):
+        sc = LatencyCostScorer.create(decodeWeight=weight)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    cr = rows_of(pods)
+    states = cycle(pods, request).pods
+    assert _decode_s(request, states[0]) == pytest.approx(k * 200 * (2_000_000 + 37_000 * 61))
+    assert _decode_s(request, states[1]) == pytest.approx(k * 200 * 37_000)
+    assert cr.candidates[0].context_tokens == 2_000_000
+    assert chosen(0.0) == 0  # off: the cache hit wins
+    assert chosen(0.01) == 0  # 0.05 + 0.51 s < 2.0 + 0.004 s
+    assert chosen(0.1) == 1  # 0.05 + 5.1 s > 2.0 + 0.04 s
+    # nothing learned about the pods' decode (k = 0): nothing priced
+    flat = [P(service=0.05, context=2_000_000, in_flight=60), P(service=2.0)]
+    assert chosen(0.1, flat) == 0
+
+
+def test_the_decode_price_counts_only_the_context_beyond_the_free_multiple():
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer, _decode_s
+
+    k, free = 6e-8, 200_000.0  # attention takes as long as the rest of a step at 200k tokens
+    pods = [P(service=0.05, context=1_000_000, in_flight=20, decode_k=k),
+            P(service=0.5, context=0, in_flight=0, decode_k=k)]  # fmt: skip
+    for p in pods:
+        p.decode_free = free
+    request = req(input_tokens=10_000, max_tokens=200)
+    states = cycle(pods, request).pods
+    tokens = 1_000_000 + 10_000 * 21
+    assert _decode_s(request, states[0], 0.0) == pytest.approx(k * 200 * tokens)
+    assert _decode_s(request, states[0], 4.0) == pytest.approx(k * 200 * (tokens - 800_000))
+    assert _decode_s(request, states[0], 8.0) == 0.0  # within 8 x the free context
+    assert _decode_s(request, states[1], 1.0) == 0.0
+
+    def chosen(free_multiple):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, decodeFree=free_multiple)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    assert chosen(0.0) == 1  # 0.05 + 14.5 s against 0.5 + 0.12 s
+    assert chosen(4.0) == 1  # 0.05 + 4.9 s
+    assert chosen(8.0) == 0  # nothing priced: the cached prefix wins

@@ -23,6 +23,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # H100-class priors (docs/scheduling.md): 30 ms per request, ~35k tokens/s of linear layers,
@@ -181,6 +182,122 @@ class ClassCostModels:
 
 
 CostModel = PrefillCostModel | ClassCostModels
+
+
+# --------------------------------------------------------------------------------------
+# Decode
+# --------------------------------------------------------------------------------------
+# H100-class prior of the decode slope: an 8B GQA model keeps 128 KiB of KV cache per token
+# (32 layers x 8 KV heads x 128 x 2 x bf16), read once per decode step at ~2.2 TB/s of
+# effective bandwidth: 6e-8 s per context token per step. Replaced by what the pods show.
+DECODE_PRIOR_S_PER_TOKEN = 6e-8
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeModelConfig:
+    prior: float = DECODE_PRIOR_S_PER_TOKEN
+    # the prior slope counts as this many observations whose contexts spread by 10k tokens
+    prior_weight: float = 20.0
+    decay: float = 0.995  # weight of the past per observation (~200 finished requests)
+    max_seconds: float = 10.0  # a TPOT above this (a stalled stream) is not an observation
+
+
+class DecodeCostModel:
+    """How a pod's decode steps slow down with the context decoding there, learned online.
+
+    Every decode step reads the KV cache of every sequence in the batch (vLLM's paged
+    attention reads a shared prefix once per sequence), so a request's time per output token
+    grows with the prompt tokens decoding beside it::
+
+        tpot = e + k * context
+
+    The gateway knows the prompt tokens of its own requests in flight on each pod; when a
+    request finishes it reports its measured TPOT against the pod's mean context over its
+    decode (the mean of the context at its first token and at its end), and ``k`` (seconds
+    per context token per step) is the slope of an exponentially weighted least-squares
+    line through those points, shrunk towards a prior (an H100-class slope, counting as
+    ``prior_weight`` observations spread over 10k tokens: a ridge on the slope), clamped at
+    0. Before any observation it is the prior: a pool that piles long contexts onto a few
+    pods in its first seconds is what it must prevent. The intercept ``e`` (the weights, the
+    batch, prefill chunks beside the decode) is fitted but not used: the scorer prices only
+    what the context adds.
+
+    Pure: no I/O, no clock."""
+
+    def __init__(self, config: DecodeModelConfig | None = None) -> None:
+        self.config = config or DecodeModelConfig()
+        self.observations = 0
+        self._w = self._x = self._y = self._xx = self._xy = 0.0
+
+    def observe(self, context_tokens: float, tpot_s: float) -> bool:
+        """One finished request: its pod's mean context (tokens) and its measured TPOT (s).
+        Returns whether it was used."""
+        if not (context_tokens >= 0.0 and 0.0 < tpot_s <= self.config.max_seconds):
+            return False  # also rejects NaN
+        d = self.config.decay
+        x = context_tokens / 1e4  # scaled so the sums stay well conditioned
+        self._w = d * self._w + 1.0
+        self._x = d * self._x + x
+        self._y = d * self._y + tpot_s
+        self._xx = d * self._xx + x * x
+        self._xy = d * self._xy + x * tpot_s
+        self.observations += 1
+        return True
+
+    @property
+    def spread_tokens(self) -> float:
+        """Weighted standard deviation of the contexts observed (tokens)."""
+        if self._w <= 0.0:
+            return 0.0
+        var = self._xx / self._w - (self._x / self._w) ** 2
+        return math.sqrt(max(0.0, var)) * 1e4
+
+    @property
+    def seconds_per_token(self) -> float:
+        """``k``: decode seconds per step per context token (the prior until learned)."""
+        c = self.config
+        sxx = sxy = 0.0  # centred sums (x in 1e4 tokens)
+        if self._w > 0.0:
+            sxx = max(0.0, self._xx - self._x * self._x / self._w)
+            sxy = self._xy - self._x * self._y / self._w
+        prior = c.prior * 1e4  # seconds per 1e4 tokens
+        slope = (sxy + c.prior_weight * prior) / (sxx + c.prior_weight)
+        return max(0.0, slope) / 1e4
+
+    @property
+    def base_seconds(self) -> float:
+        """``e``: the step time without context (weights, batch, prefill chunks beside the
+        decode), on the line of slope :attr:`seconds_per_token` through the weighted mean
+        observation; 0 before any observation."""
+        if self._w <= 0.0:
+            return 0.0
+        return max(0.0, (self._y - self.seconds_per_token * 1e4 * self._x) / self._w)
+
+    @property
+    def free_tokens(self) -> float:
+        """Context at which attention reads take as long as the rest of the step (``e / k``;
+        0 when nothing is known): below it the context hardly sets the pod's TPOT."""
+        k = self.seconds_per_token
+        return self.base_seconds / k if k > 0.0 else 0.0
+
+
+class ClassDecodeModels:
+    """One :class:`DecodeCostModel` per hardware class (an A100 reads its KV cache at ~60%
+    of an H100's bandwidth); pods of unknown class (None) share one."""
+
+    def __init__(self, config: DecodeModelConfig | None = None) -> None:
+        self.config = config or DecodeModelConfig()
+        self._models: dict[str | None, DecodeCostModel] = {}
+
+    def for_class(self, hardware_class: str | None) -> DecodeCostModel:
+        m = self._models.get(hardware_class)
+        if m is None:
+            m = self._models[hardware_class] = DecodeCostModel(self.config)
+        return m
+
+    @property
+    def classes(self) -> dict[str | None, DecodeCostModel]:
+        return dict(self._models)
 
 
 def _solve_subset(a: list[list[float]], y: list[float], idx: list[int]) -> list[float] | None:

@@ -38,11 +38,18 @@ per pod, real-time counters of what it has itself dispatched:
   the long prefill (the routing lab's mooncake-h1 TPOT tail, docs/benchmarks.md "Session
   11").
 
+- ``context_tokens``: the whole prompts (cached and uncached) of this gateway's requests in
+  flight on the pod: what every decode step there reads from the KV cache.
+
 The view also trains the cost model: a request dispatched to a pod with nothing to prefill
 ahead of it reports its time to first token (``on_first_token(id, now)``) as its own prefill.
 And it measures each pod's TPOT: a request that finishes with the time and its output tokens
 (``on_finish(id, now, output_tokens)``) after a timed first token teaches the pod's EWMA
-(``Candidate.tpot_s``; the latency-cost-scorer's learned damage weight reads it).
+(``Candidate.tpot_s``; the latency-cost-scorer's learned damage weight reads it) and, against
+the pod's mean ``context_tokens`` over its decode, the decode slope of the pod's hardware
+class (:class:`~services.gateway.scheduling.cost_model.DecodeCostModel`:
+``Candidate.decode_s_per_token`` and ``decode_free_tokens``; the latency-cost-scorer's
+``decodeWeight`` reads them).
 
 A record older than ``stale_after_s`` is stale: its waiting/running numbers are replaced by
 the gateway's own counts (requests before their first token count as waiting, decoding ones
@@ -61,7 +68,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.gateway.scheduling.cost_model import ClassCostModels, CostModel, PrefillWork
+from services.gateway.scheduling.cost_model import (
+    ClassCostModels,
+    ClassDecodeModels,
+    CostModel,
+    PrefillWork,
+)
 from services.gateway.scheduling.scrape_misses import ScrapeMisses
 from shared.features import PodLoad
 from shared.schemas import PodRecord, PodSnapshot
@@ -84,6 +96,11 @@ class _Ticket:
     hardware_class: str | None = None  # its pod's (which cost model it teaches)
     first_token_at: float | None = None  # when its first token arrived (the caller's clock)
     repriced: bool = False  # priced by a cold cost model: its backlog share is re-priced
+    context_at_first: float | None = None  # its pod's context_tokens at its first token
+
+    @property
+    def context_tokens(self) -> float:
+        return self.prefill_tokens + self.cached_tokens
 
 
 @dataclass(slots=True)
@@ -91,6 +108,7 @@ class _InFlight:
     requests: int = 0
     prefill_tokens: float = 0.0
     decode_tokens: float = 0.0
+    context_tokens: float = 0.0  # whole prompts (cached and uncached) of every ticket
     prefilling: int = 0
     decoding: int = 0
     slo_tickets: int = 0  # tickets carrying a TPOT SLO
@@ -142,6 +160,12 @@ class Candidate:
     backlog_s: float = 0.0  # estimated seconds of prefill this gateway has queued there
     protected_decodes: int = 0  # decoding requests a new prefill would slow down
     tpot_s: float | None = None  # measured recent TPOT of this gateway's requests there
+    context_tokens: float = 0.0  # prompt tokens of this gateway's requests in flight there
+    # decode seconds per step per context token on the pod's hardware class (learned; 0
+    # until learned: cost_model.DecodeCostModel)
+    decode_s_per_token: float = 0.0
+    # the context below which attention reads take less than the rest of a step there
+    decode_free_tokens: float = 0.0
 
     @property
     def hardware_class(self) -> str | None:
@@ -182,6 +206,8 @@ class PodView:
         self._mean_service_s: dict[str | None, float] = {}
         # pod -> EWMA of the TPOT its finished requests measured (on_finish with now)
         self._tpot_s: dict[str, float] = {}
+        # per hardware class: decode step time against the prompt tokens decoding beside it
+        self.decode = ClassDecodeModels()
         self._records: dict[str, PodRecord] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._tickets: dict[str, _Ticket] = {}  # request id -> ticket
@@ -275,11 +301,14 @@ class PodView:
             fl = self._inflight.get(name)
             load = self._load(rec, now)
             backlog, protected = self._pressure(rec, fl, load, now)
+            decode = self.decode.for_class(rec.hardware_class)
             out.append(
                 Candidate(
                     name, rec.url, load, self.is_stale(rec, now), rec,
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
                     backlog, protected, self._tpot_s.get(name),
+                    fl.context_tokens if fl else 0.0,
+                    decode.seconds_per_token, decode.free_tokens,
                 )
             )  # fmt: skip
         return out
@@ -373,6 +402,7 @@ class PodView:
         fl.slo_tickets += tpot_slo_ms is not None
         fl.prefilling += 1
         fl.prefill_tokens += t.prefill_tokens
+        fl.context_tokens += t.context_tokens
         fl.add_work(t, 1.0)
         m = self._mean_service_s.get(hw)
         self._mean_service_s[hw] = t.service_s if m is None else m + 0.05 * (t.service_s - m)
@@ -396,6 +426,7 @@ class PodView:
         if now is not None:
             self._first_token_at[t.pod] = now
             t.first_token_at = now
+            t.context_at_first = fl.context_tokens
             ttft_s = now - t.dispatched_at
             if t.ttft_slo_ms is not None:
                 t.protected = ttft_s * 1000.0 <= t.ttft_slo_ms
@@ -414,14 +445,18 @@ class PodView:
         t = self._tickets.pop(request_id, None)
         if t is None:
             return
+        fl = self._inflight[t.pod]
         if now is not None and output_tokens >= 2 and t.first_token_at is not None:
             tpot = max(0.0, now - t.first_token_at) / (output_tokens - 1)
             m = self._tpot_s.get(t.pod)
             self._tpot_s[t.pod] = tpot if m is None else m + _TPOT_ALPHA * (tpot - m)
-        fl = self._inflight[t.pod]
+            if t.context_at_first is not None:  # the pod's mean context over its decode
+                context = 0.5 * (t.context_at_first + fl.context_tokens)
+                self.decode.for_class(t.hardware_class).observe(context, tpot)
         del fl.tickets[request_id]
         fl.protected -= t.protected
         fl.requests -= 1
+        fl.context_tokens = _clamp(fl.context_tokens - t.context_tokens)
         fl.slo_tickets -= t.tpot_slo_ms is not None
         if t.decoding:
             fl.decoding -= 1

@@ -22,6 +22,25 @@ among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the othe
 after them by own TTFT), so a sacrificed request waits at most that multiple of what the
 fastest pod would give it and no pod becomes a sink of ever longer waits.
 
+With ``decodeWeight`` > 0 every cost also carries the decode time the request's context
+costs on the pod (``k_i``: decode seconds per step per context token on the pod's hardware
+class, learned by the pod view from measured TPOTs, 0 until learned; ``ctx_i``: prompt
+tokens of this gateway's requests in flight there; ``L``: the request's prompt tokens;
+``n_i``: its requests in flight there; ``m``: the request's ``max_tokens``)::
+
+    cost_i  += decodeWeight x k_i x m x (ctx_i + L + L x n_i)
+
+its own decode over the context there (``ctx_i + L`` per step) and the delay its context
+adds to each of the ``n_i`` requests decoding beside it (``L`` per step of its own decode).
+With ``decodeFree`` F > 0 only the tokens beyond F x the pod's free context count (the
+context where attention reads take as long as the rest of a step, ``e / k`` of the learned
+line): below it the context hardly sets the pod's TPOT. A cached prompt costs no prefill but
+still costs every decode step: without this, requests for a few hot documents piled onto the
+pods holding them (every hit was a cheap TTFT) until their decode batches ran several times
+slower than the other pods' (the routing lab's rag-hot-a: TPOT p90 2x the best baseline's).
+Off by default: on the `train` suite it trades TTFT for TPOT and E2E elsewhere
+(docs/benchmarks.md "Session 19: a few hot documents").
+
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
 after them by estimated cost. Ranking every pod by a learned TTFT picks, each time, the pod
@@ -51,6 +70,19 @@ _MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
 def _estimated_s(p: PodState) -> float:
     """The request's own TTFT on the pod by the cost model: prefill queued ahead + its own."""
     return p.candidate.backlog_s + p.service_s
+
+
+def _decode_s(req: SchedulingRequest, p: PodState, free: float = 0.0) -> float:
+    """Seconds of decode the request's context costs on the pod: its own ``max_tokens``
+    steps over the context in flight there plus its own, and its prompt in each of those
+    steps of every request in flight there (module docstring); only the tokens beyond
+    ``free`` x the pod's free context count."""
+    c = p.candidate
+    own = float(req.input_tokens)
+    tokens = c.context_tokens + own * (1 + c.in_flight)
+    if free > 0.0:
+        tokens = max(0.0, tokens - free * c.decode_free_tokens)
+    return c.decode_s_per_token * req.max_tokens * tokens
 
 
 def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
@@ -90,6 +122,13 @@ class LatencyCostScorer(Scorer):
               "measured from the requests scheduled"),
         Param("damageKappa", float, 5.0, "With damageAdapt: relative worth of a decode's "
               "time against own TTFT, each relative to its typical size", lo=0.0, hi=1000.0),
+        Param("decodeWeight", float, 0.0, "Weight of the decode time the request's context "
+              "costs on a pod: its own decode over the prompt tokens in flight there and the "
+              "delay its prompt adds to each request decoding beside it (seconds per second "
+              "of own TTFT; 0: off)", lo=0.0, hi=100.0),
+        Param("decodeFree", float, 0.0, "With decodeWeight: price only the context beyond "
+              "this multiple of the pod's free context (where attention reads take as long "
+              "as the rest of a step; 0: all of it)", lo=0.0, hi=1000.0),
         Param("shortlist", int, 0, "With latency: predicted, the predictions rank only the "
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
@@ -106,6 +145,8 @@ class LatencyCostScorer(Scorer):
         self.adapt: bool = params["damageAdapt"]
         self.kappa: float = params["damageKappa"]
         self.shortlist: int = params["shortlist"]
+        self.decode_w: float = params["decodeWeight"]
+        self.decode_free: float = params["decodeFree"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         self.typical_tokens: float | None = None  # its decode budget (max_tokens)
@@ -190,6 +231,11 @@ class LatencyCostScorer(Scorer):
             costs = [
                 o + w * p.candidate.protected_decodes * p.service_s
                 for p, o in zip(pods, own, strict=True)
+            ]
+        if self.decode_w > 0.0:
+            costs = [
+                c + self.decode_w * _decode_s(req, p, self.decode_free)
+                for c, p in zip(costs, pods, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
         return costs
