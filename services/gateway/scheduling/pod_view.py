@@ -161,8 +161,8 @@ class Candidate:
     protected_decodes: int = 0  # decoding requests a new prefill would slow down
     tpot_s: float | None = None  # measured recent TPOT of this gateway's requests there
     context_tokens: float = 0.0  # prompt tokens of this gateway's requests in flight there
-    # decode seconds per step per context token on the pod's hardware class (learned; 0
-    # until learned: cost_model.DecodeCostModel)
+    # decode seconds per step per context token on the pod's hardware class (learned from
+    # its measured TPOTs, a prior until then: cost_model.DecodeCostModel)
     decode_s_per_token: float = 0.0
     # the context below which attention reads take less than the rest of a step there
     decode_free_tokens: float = 0.0

@@ -24,7 +24,7 @@ fastest pod would give it and no pod becomes a sink of ever longer waits.
 
 With ``decodeWeight`` > 0 every cost also carries the decode time the request's context
 costs on the pod (``k_i``: decode seconds per step per context token on the pod's hardware
-class, learned by the pod view from measured TPOTs, 0 until learned; ``ctx_i``: prompt
+class, learned by the pod view from measured TPOTs, an H100-class prior until then; ``ctx_i``: prompt
 tokens of this gateway's requests in flight there; ``L``: the request's prompt tokens;
 ``n_i``: its requests in flight there; ``m``: the request's ``max_tokens``)::
 
