@@ -24,7 +24,9 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 # H100-class priors (docs/scheduling.md): 30 ms per request, ~35k tokens/s of linear layers,
 # attention 2.6 ns per (new token x context token). Replaced by what the pods show within a
@@ -141,7 +143,29 @@ class PrefillCostModel:
         return self._theta
 
 
-class ClassCostModels:
+M = TypeVar("M")
+
+
+class PerClass(Generic[M]):
+    """One model per hardware class (``PodRecord.hardware_class``), made on first use; pods
+    of unknown class (None) share one."""
+
+    def __init__(self, make: Callable[[], M]) -> None:
+        self._make = make
+        self._models: dict[str | None, M] = {}
+
+    def for_class(self, hardware_class: str | None) -> M:
+        m = self._models.get(hardware_class)
+        if m is None:
+            m = self._models[hardware_class] = self._make()
+        return m
+
+    @property
+    def classes(self) -> dict[str | None, M]:
+        return dict(self._models)
+
+
+class ClassCostModels(PerClass[PrefillCostModel]):
     """One :class:`PrefillCostModel` per hardware class (``PodRecord.hardware_class``): an
     A100 prefills the same prompt in about twice an H100's time, so a mixed pool needs one
     fit per class, each learned from its own pods' idle-pod first tokens. A class's model is
@@ -154,17 +178,7 @@ class ClassCostModels:
 
     def __init__(self, config: CostModelConfig | None = None) -> None:
         self.config = config or CostModelConfig()
-        self._models: dict[str | None, PrefillCostModel] = {}
-
-    def for_class(self, hardware_class: str | None) -> PrefillCostModel:
-        m = self._models.get(hardware_class)
-        if m is None:
-            m = self._models[hardware_class] = PrefillCostModel(self.config)
-        return m
-
-    @property
-    def classes(self) -> dict[str | None, PrefillCostModel]:
-        return dict(self._models)
+        super().__init__(lambda: PrefillCostModel(self.config))
 
     @property
     def observations(self) -> int:
@@ -265,40 +279,37 @@ class DecodeCostModel:
         slope = (sxy + c.prior_weight * prior) / (sxx + c.prior_weight)
         return max(0.0, slope) / 1e4
 
+    def _base(self, k: float) -> float:
+        if self._w <= 0.0:
+            return 0.0
+        return max(0.0, (self._y - k * 1e4 * self._x) / self._w)
+
     @property
     def base_seconds(self) -> float:
         """``e``: the step time without context (weights, batch, prefill chunks beside the
         decode), on the line of slope :attr:`seconds_per_token` through the weighted mean
         observation; 0 before any observation."""
-        if self._w <= 0.0:
-            return 0.0
-        return max(0.0, (self._y - self.seconds_per_token * 1e4 * self._x) / self._w)
+        return self._base(self.seconds_per_token)
+
+    def line(self) -> tuple[float, float]:
+        """(:attr:`seconds_per_token`, :attr:`free_tokens`), the slope computed once."""
+        k = self.seconds_per_token
+        return k, (self._base(k) / k if k > 0.0 else 0.0)
 
     @property
     def free_tokens(self) -> float:
         """Context at which attention reads take as long as the rest of the step (``e / k``;
         0 when nothing is known): below it the context hardly sets the pod's TPOT."""
-        k = self.seconds_per_token
-        return self.base_seconds / k if k > 0.0 else 0.0
+        return self.line()[1]
 
 
-class ClassDecodeModels:
+class ClassDecodeModels(PerClass[DecodeCostModel]):
     """One :class:`DecodeCostModel` per hardware class (an A100 reads its KV cache at ~60%
     of an H100's bandwidth); pods of unknown class (None) share one."""
 
     def __init__(self, config: DecodeModelConfig | None = None) -> None:
         self.config = config or DecodeModelConfig()
-        self._models: dict[str | None, DecodeCostModel] = {}
-
-    def for_class(self, hardware_class: str | None) -> DecodeCostModel:
-        m = self._models.get(hardware_class)
-        if m is None:
-            m = self._models[hardware_class] = DecodeCostModel(self.config)
-        return m
-
-    @property
-    def classes(self) -> dict[str | None, DecodeCostModel]:
-        return dict(self._models)
+        super().__init__(lambda: DecodeCostModel(self.config))
 
 
 def _solve_subset(a: list[list[float]], y: list[float], idx: list[int]) -> list[float] | None:

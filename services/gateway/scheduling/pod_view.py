@@ -294,6 +294,7 @@ class PodView:
     def candidates(self, model: str, now: float) -> list[Candidate]:
         """Ready pods serving ``model``, sorted by name, each with its current load."""
         out = []
+        lines: dict[str | None, tuple[float, float]] = {}  # decode line per class, once
         for name in sorted(self._records):
             rec = self._records[name]
             if not rec.ready or model not in rec.models:
@@ -301,14 +302,16 @@ class PodView:
             fl = self._inflight.get(name)
             load = self._load(rec, now)
             backlog, protected = self._pressure(rec, fl, load, now)
-            decode = self.decode.for_class(rec.hardware_class)
+            hw = rec.hardware_class
+            if hw not in lines:
+                lines[hw] = self.decode.for_class(hw).line()
             out.append(
                 Candidate(
                     name, rec.url, load, self.is_stale(rec, now), rec,
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
                     backlog, protected, self._tpot_s.get(name),
                     fl.context_tokens if fl else 0.0,
-                    decode.seconds_per_token, decode.free_tokens,
+                    *lines[hw],
                 )
             )  # fmt: skip
         return out
