@@ -123,13 +123,57 @@ VALIDATION: tuple = (
     TraceSlice("azure-code-h2", AZURE, half=2, window=TRACE_WINDOW[AZURE]),
 )  # fmt: skip
 
+# A third set, defined in session 20 after `validation` had been consulted for the decode
+# price: other parameters and seeds again, generated families only (the real traces have no
+# third half). Run it only to check a candidate chosen on `train` after `validation` has
+# already informed a decision; docs/benchmarks.md lists every time it was consulted.
+HOLDOUT: tuple = (
+    WorkloadSpec("rag-hot-c", Rag(
+        documents=5, document=LogNormal(10_000, 30_000, 3_000, 40_000), zipf=0.8,
+        docs_per_request=1, system_tokens=256, question=LogNormal(50, 150, 5, 400),
+        output=LogNormal(200, 500, 20, 900), arrival=Arrival("poisson", 1.0)),
+        seed=3101, requests=500, note="hot documents: smaller, more of them"),
+    WorkloadSpec("rag-c", Rag(
+        documents=8, document=LogNormal(30_000, 80_000, 8_000, 100_000), zipf=1.0,
+        docs_per_request=1, system_tokens=1024, question=LogNormal(120, 400, 10, 800),
+        output=LogNormal(150, 400, 20, 700), arrival=Arrival("gamma", 1.5, cv=2.0)),
+        seed=3102, requests=500),
+    WorkloadSpec("multiturn-c", MultiTurn(
+        system_prompts=4, system_tokens=2048, turns=6.0, first=LogNormal(300, 1200, 50, 3000),
+        message=LogNormal(100, 400, 10, 1500), output=LogNormal(300, 700, 20, 1200),
+        think_s=30.0, max_context=32768, arrival=Arrival("poisson", 0.8)),
+        seed=3103, requests=1000),
+    WorkloadSpec("agentic-c", Agentic(
+        agents=5, system_tokens=2048, calls=5.0, call_gap_s=0.8,
+        step=LogNormal(400, 1500, 20, 5000), carry=True, output=LogNormal(80, 250, 5, 600),
+        max_context=32768, arrival=Arrival("gamma", 0.8, cv=1.5)), seed=3104, requests=1000),
+    WorkloadSpec("code-c", Code(
+        repos=10, zipf=0.8, prompt=LogNormal(4000, 10_000, 800, 16_000), share_prob=0.5,
+        shared_fraction=0.7, output=LogNormal(25, 80, 2, 200), arrival=Arrival("poisson", 15.0)),
+        seed=3105, requests=1000),
+    WorkloadSpec("mix-c", Mix(parts=(
+        (0.5, Chat(prompt=LogNormal(700, 2200, 300, 3000), output=LogNormal(200, 500, 50, 800),
+                   arrival=Arrival("poisson", 8.0))),
+        (0.2, Rag(documents=4, document=LogNormal(15_000, 40_000, 5_000, 60_000), zipf=0.9,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                  output=LogNormal(180, 450, 20, 700))),
+        (0.3, Code(repos=5, zipf=1.0, prompt=LogNormal(2000, 6000, 500, 12_000),
+                   share_prob=0.6, shared_fraction=0.5, output=LogNormal(20, 60, 2, 128))),
+    ), rate_rps=8.0), seed=3106, requests=1000),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
                  seed=9002, requests=40),
 )  # fmt: skip
 
-SUITES: dict[str, tuple] = {"train": TRAIN, "validation": VALIDATION, "smoke": SMOKE}
+SUITES: dict[str, tuple] = {
+    "train": TRAIN,
+    "validation": VALIDATION,
+    "holdout": HOLDOUT,
+    "smoke": SMOKE,
+}
 SPLITS = ("train", "validation")
 
 
