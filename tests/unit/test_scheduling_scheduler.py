@@ -399,11 +399,14 @@ def test_a_shortlist_lets_the_predictions_rank_only_the_least_estimated_pods():
 
 
 def test_the_decode_price_moves_a_request_off_a_pod_crowded_with_long_contexts():
-    """A cached 37k-token prompt costs no prefill on the pod holding its document but every
-    decode step there reads 2M tokens of context: with decodeWeight the pod's decode time
-    (own steps over the context, plus its prompt in each step of the 60 requests there)
-    outweighs a cold 2 s prefill on an empty pod."""
-    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer, _decode_s
+    """A cached 37k-token prompt costs no prefill on the pod holding its document, but every
+    decode step there reads 2M tokens of context while the other pod reads none: with
+    decodeWeight its 200 steps over the excess (beyond the fleet's mean) outweigh a cold 2 s
+    prefill on the empty pod."""
+    from services.gateway.scheduling.plugins.cost_scorer import (
+        LatencyCostScorer,
+        _decode_excess_s,
+    )
 
     k = 6e-8
     pods = [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k),
@@ -417,38 +420,52 @@ def test_the_decode_price_moves_a_request_off_a_pod_crowded_with_long_contexts()
 
     cr = rows_of(pods)
     states = cycle(pods, request).pods
-    assert _decode_s(request, states[0]) == pytest.approx(k * 200 * (2_000_000 + 37_000 * 61))
-    assert _decode_s(request, states[1]) == pytest.approx(k * 200 * 37_000)
+    mean = 1_000_000.0
+    assert _decode_excess_s(request, states[0], mean) == pytest.approx(k * 200 * 1_037_000)
+    assert _decode_excess_s(request, states[1], mean) == 0.0  # below the mean: nothing
     assert cr.candidates[0].context_tokens == 2_000_000
     assert chosen(0.0) == 0  # off: the cache hit wins
-    assert chosen(0.01) == 0  # 0.05 + 0.51 s < 2.0 + 0.004 s
-    assert chosen(0.1) == 1  # 0.05 + 5.1 s > 2.0 + 0.04 s
+    assert chosen(0.1) == 0  # 0.05 + 1.24 s < 2.0 s
+    assert chosen(1.0) == 1  # 0.05 + 12.4 s > 2.0 s
     # nothing learned about the pods' decode (k = 0): nothing priced
     flat = [P(service=0.05, context=2_000_000, in_flight=60), P(service=2.0)]
-    assert chosen(0.1, flat) == 0
+    assert chosen(1.0, flat) == 0
 
 
-def test_the_decode_price_counts_only_the_context_beyond_the_free_multiple():
-    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer, _decode_s
+def test_the_decode_price_counts_only_the_context_beyond_the_fleets_mean_and_free_multiple():
+    """An evenly loaded fleet prices nothing, however much context every pod holds; a pod
+    above the mean is priced only beyond decodeFree x its free context."""
+    from services.gateway.scheduling.plugins.cost_scorer import (
+        LatencyCostScorer,
+        _decode_excess_s,
+    )
 
     k, free = 6e-8, 200_000.0  # attention takes as long as the rest of a step at 200k tokens
-    pods = [P(service=0.05, context=1_000_000, in_flight=20, decode_k=k),
-            P(service=0.5, context=0, in_flight=0, decode_k=k)]  # fmt: skip
-    for p in pods:
-        p.decode_free = free
     request = req(input_tokens=10_000, max_tokens=200)
-    states = cycle(pods, request).pods
-    tokens = 1_000_000 + 10_000 * 21
-    assert _decode_s(request, states[0], 0.0) == pytest.approx(k * 200 * tokens)
-    assert _decode_s(request, states[0], 4.0) == pytest.approx(k * 200 * (tokens - 800_000))
-    assert _decode_s(request, states[0], 8.0) == 0.0  # within 8 x the free context
-    assert _decode_s(request, states[1], 1.0) == 0.0
 
-    def chosen(free_multiple):
-        sc = LatencyCostScorer.create(decodeWeight=1.0, decodeFree=free_multiple)
+    def chosen(pods, weight=1.0, free_multiple=0.0):
+        for p in pods:
+            p.decode_free = free
+        sc = LatencyCostScorer.create(decodeWeight=weight, decodeFree=free_multiple)
         sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
         return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
 
-    assert chosen(0.0) == 1  # 0.05 + 14.5 s against 0.5 + 0.12 s
-    assert chosen(4.0) == 1  # 0.05 + 4.9 s
-    assert chosen(8.0) == 0  # nothing priced: the cached prefix wins
+    # every pod reads 3M tokens per step: no pod's excess, the cached prefix wins at any weight
+    even = [P(service=0.05, context=3_000_000, decode_k=k), P(service=0.5, context=3_000_000,
+            decode_k=k)]  # fmt: skip
+    assert chosen(even, weight=100.0) == 0
+
+    pods = [P(service=0.05, context=2_000_000, in_flight=20, decode_k=k),
+            P(service=0.5, context=0, in_flight=0, decode_k=k)]  # fmt: skip
+    for p in pods:
+        p.decode_free = free
+    states = cycle(pods, request).pods
+    excess = 2_000_000 + 10_000 - 1_000_000
+    assert _decode_excess_s(request, states[0], 1e6) == pytest.approx(k * 200 * excess)
+    assert _decode_excess_s(request, states[0], 1e6, 4.0) == pytest.approx(
+        k * 200 * (excess - 800_000)
+    )
+    assert _decode_excess_s(request, states[0], 1e6, 8.0) == 0.0  # within 8 x free context
+    assert chosen(pods) == 1  # 0.05 + 12.1 s against 0.5 s
+    assert chosen(pods, free_multiple=4.0) == 1  # 0.05 + 2.5 s against 0.5 s
+    assert chosen(pods, free_multiple=8.0) == 0  # within 8 x the free context: the cache wins

@@ -233,9 +233,9 @@ class DecodeCostModel:
     ``prior_weight`` observations spread over 10k tokens: a ridge on the slope), clamped at
     0. Before any observation it is the prior: a pool that piles long contexts onto a few
     pods in its first seconds is what it must prevent. The intercept ``e`` (the weights, the
-    batch, prefill chunks beside the decode) only sets :attr:`free_tokens`, the context below
-    which the scorer's ``decodeFree`` prices nothing; the price itself is what the context
-    adds.
+    batch, prefill chunks beside the decode) only sets :attr:`free_tokens`, the unit of the
+    scorer's ``decodeFree`` (how far beyond the fleet's mean context a pod may go before its
+    context is priced); the price itself is what the context adds.
 
     Pure: no I/O, no clock."""
 

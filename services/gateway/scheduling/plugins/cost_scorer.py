@@ -22,24 +22,30 @@ among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the othe
 after them by own TTFT), so a sacrificed request waits at most that multiple of what the
 fastest pod would give it and no pod becomes a sink of ever longer waits.
 
-With ``decodeWeight`` > 0 every cost also carries the decode time the request's context
-costs on the pod (``k_i``: decode seconds per step per context token on the pod's hardware
-class, learned by the pod view from measured TPOTs, an H100-class prior until then; ``ctx_i``: prompt
-tokens of this gateway's requests in flight there; ``L``: the request's prompt tokens;
-``n_i``: its requests in flight there; ``m``: the request's ``max_tokens``)::
+With ``decodeWeight`` > 0 every cost also carries the decode time the request would lose on a
+pod whose decode batch reads more context than the fleet's (``k_i``: decode seconds per step
+per context token on the pod's hardware class, learned by the pod view from measured TPOTs,
+an H100-class prior until then; ``ctx_i``: prompt tokens of this gateway's requests in flight
+there; ``mean ctx``: their mean over the candidate pods; ``L``: the request's prompt tokens;
+``m``: its ``max_tokens``; ``free_i``: the pod's free context ``e / k``, where attention reads
+take as long as the rest of a step)::
 
-    cost_i  += decodeWeight x k_i x m x (ctx_i + L + L x n_i)
+    cost_i  += decodeWeight x k_i x m x max(0, ctx_i + L - mean ctx - decodeFree x free_i)
 
-its own decode over the context there (``ctx_i + L`` per step) and the delay its context
-adds to each of the ``n_i`` requests decoding beside it (``L`` per step of its own decode).
-With ``decodeFree`` F > 0 only the tokens beyond F x the pod's free context count (the
-context where attention reads take as long as the rest of a step, ``e / k`` of the learned
-line): below it the context hardly sets the pod's TPOT. A cached prompt costs no prefill but
-still costs every decode step: without this, requests for a few hot documents piled onto the
-pods holding them (every hit was a cheap TTFT) until their decode batches ran several times
-slower than the other pods' (the routing lab's rag-hot-a: TPOT p90 2x the best baseline's).
-Off by default: on the `train` suite it trades TTFT for TPOT and E2E elsewhere
-(docs/benchmarks.md "Session 19: a few hot documents").
+Every decode step reads the KV cache of every sequence in the batch, so a request placed on
+a pod holding far more context than the others decodes slower there for all of its ``m``
+steps. Only the excess over the fleet's mean counts (on an evenly spread fleet nothing is
+priced, whatever the absolute context), and only beyond ``decodeFree`` x the free context
+(a pod may run up to that many "rest of a step" slower per step than the mean before its
+context costs anything). A cached prompt costs no prefill but still costs every decode step:
+without this, requests for a few hot documents piled onto the pods holding them (every hit
+was a cheap TTFT) until their decode batches ran several times slower than the other pods'
+(the routing lab's rag-hot-a: TPOT p90 2x the best baseline's). The delay a request's context
+adds to the others decoding beside it is not priced: measured, that term moved long prompts
+off the pods holding their cache on every long-prompt workload and cost TTFT, TPOT and E2E
+there (docs/benchmarks.md "Session 20"). Off by default: chosen on the `train` suite
+(``decodeWeight`` 1, ``decodeFree`` 4), it fixed nothing on `validation` and bought TPOT and E2E
+with TTFT on `holdout` beyond the rule written before the run.
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
@@ -72,17 +78,16 @@ def _estimated_s(p: PodState) -> float:
     return p.candidate.backlog_s + p.service_s
 
 
-def _decode_s(req: SchedulingRequest, p: PodState, free: float = 0.0) -> float:
-    """Seconds of decode the request's context costs on the pod: its own ``max_tokens``
-    steps over the context in flight there plus its own, and its prompt in each of those
-    steps of every request in flight there (module docstring); only the tokens beyond
-    ``free`` x the pod's free context count."""
+def _decode_excess_s(
+    req: SchedulingRequest, p: PodState, mean_context: float, free: float = 0.0
+) -> float:
+    """Seconds of decode the request would lose on the pod to context beyond the fleet's: its
+    own ``max_tokens`` steps over the context there (its own prompt included) in excess of
+    the candidates' mean context plus ``free`` x the pod's free context (module docstring)."""
     c = p.candidate
-    own = float(req.input_tokens)
-    tokens = c.context_tokens + own * (1 + c.in_flight)
-    if free > 0.0:
-        tokens = max(0.0, tokens - free * c.decode_free_tokens)
-    return c.decode_s_per_token * req.max_tokens * tokens
+    excess = c.context_tokens + float(req.input_tokens) - mean_context
+    excess -= free * c.decode_free_tokens
+    return c.decode_s_per_token * req.max_tokens * max(0.0, excess)
 
 
 def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
@@ -122,13 +127,12 @@ class LatencyCostScorer(Scorer):
               "measured from the requests scheduled"),
         Param("damageKappa", float, 5.0, "With damageAdapt: relative worth of a decode's "
               "time against own TTFT, each relative to its typical size", lo=0.0, hi=1000.0),
-        Param("decodeWeight", float, 0.0, "Weight of the decode time the request's context "
-              "costs on a pod: its own decode over the prompt tokens in flight there and the "
-              "delay its prompt adds to each request decoding beside it (seconds per second "
-              "of own TTFT; 0: off)", lo=0.0, hi=100.0),
+        Param("decodeWeight", float, 0.0, "Weight of the decode time the request would lose "
+              "on a pod holding more context in flight than the fleet's mean (seconds per "
+              "second of own TTFT; 0: off)", lo=0.0, hi=100.0),
         Param("decodeFree", float, 0.0, "With decodeWeight: price only the context beyond "
-              "this multiple of the pod's free context (where attention reads take as long "
-              "as the rest of a step; 0: all of it)", lo=0.0, hi=1000.0),
+              "the fleet's mean plus this multiple of the pod's free context (where attention "
+              "reads take as long as the rest of a step)", lo=0.0, hi=1000.0),
         Param("shortlist", int, 0, "With latency: predicted, the predictions rank only the "
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
@@ -233,8 +237,9 @@ class LatencyCostScorer(Scorer):
                 for p, o in zip(pods, own, strict=True)
             ]
         if self.decode_w > 0.0:
+            mean_context = sum(p.candidate.context_tokens for p in pods) / len(pods)
             costs = [
-                c + self.decode_w * _decode_s(req, p, self.decode_free)
+                c + self.decode_w * _decode_excess_s(req, p, mean_context, self.decode_free)
                 for c, p in zip(costs, pods, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
