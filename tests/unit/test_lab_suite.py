@@ -12,7 +12,7 @@ import pytest
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from bench.lab.suite import SMOKE, TRAIN, VALIDATION, suite
+from bench.lab.suite import HOLDOUT, SMOKE, TRAIN, VALIDATION, suite
 from bench.lab.suite_run import (
     SLO_BLIND,
     idle_latency_ms,
@@ -68,6 +68,26 @@ def test_train_and_validation_are_disjoint():
             for window in (None, t.window):
                 (a, n), (b, m) = (replace(x, window=window).offset_limit(total) for x in (t, v))
                 assert a + n <= b and b + m <= total and n > 0 and m > 0
+
+
+def test_holdout_is_disjoint_from_train_and_validation():
+    """The holdout set (session 20) shares no seed, name or parameter set (of a workload or a
+    part of a mix) with train or validation, and holds no real-trace rows (both halves of
+    each real trace are taken)."""
+    hold = generated(HOLDOUT)
+    assert len(hold) == len(HOLDOUT)  # generated families only
+    others = generated(TRAIN) + generated(VALIDATION)
+    assert not {e.seed for e in hold} & {e.seed for e in others}
+    assert not {e.name for e in HOLDOUT} & {e.name for e in TRAIN + VALIDATION}
+
+    def parts(e):
+        p = e.params
+        return [params_dict(q) for _, q in p.parts] if p.family == "mix" else [params_dict(p)]
+
+    seen = [x for e in others for x in parts(e)]
+    for e in hold:
+        for x in parts(e):
+            assert x not in seen, e.name
 
 
 def test_each_split_covers_every_kind_of_traffic():
