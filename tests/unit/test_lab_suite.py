@@ -42,6 +42,12 @@ def generated(entries):
 
 
 # --- the suites ---------------------------------------------------------------------------
+def parts(e):
+    """The parameter sets of a generated workload: its own, or each part's of a mix."""
+    p = e.params
+    return [params_dict(q) for _, q in p.parts] if p.family == "mix" else [params_dict(p)]
+
+
 def test_train_and_validation_are_disjoint():
     train, val = generated(TRAIN), generated(VALIDATION)
     assert not {e.seed for e in train} & {e.seed for e in val}
@@ -49,10 +55,6 @@ def test_train_and_validation_are_disjoint():
 
     # different parameter values, not just seeds: no validation workload's parameters (or
     # those of any part of a mix) equal a training workload's
-    def parts(e):
-        p = e.params
-        return [params_dict(q) for _, q in p.parts] if p.family == "mix" else [params_dict(p)]
-
     train_params = [x for e in train for x in parts(e)]
     for e in val:
         for x in parts(e):
@@ -79,10 +81,6 @@ def test_holdout_is_disjoint_from_train_and_validation():
     others = generated(TRAIN) + generated(VALIDATION)
     assert not {e.seed for e in hold} & {e.seed for e in others}
     assert not {e.name for e in HOLDOUT} & {e.name for e in TRAIN + VALIDATION}
-
-    def parts(e):
-        p = e.params
-        return [params_dict(q) for _, q in p.parts] if p.family == "mix" else [params_dict(p)]
 
     seen = [x for e in others for x in parts(e)]
     for e in hold:
