@@ -269,6 +269,10 @@ def run(argv: list[str]) -> int:
         from bench.lab.suite_run import run_summary_cli
 
         return run_summary_cli(argv[1:])
+    if argv and argv[0] == "versus":
+        from bench.lab.suite_run import run_versus_cli
+
+        return run_versus_cli(argv[1:])
     if argv and argv[0] == "decisions":
         from bench.lab.decisions import run_decisions_cli
 

@@ -400,13 +400,9 @@ def read_workloads(out_dir: Path) -> list[Workload]:
     return [Workload(**json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
-def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = None) -> list[Path]:
-    """Re-write the summary of a suite directory from what its runs left: ``results.json``
-    (a finished suite) or else ``results.partial.jsonl`` (one cut short), and the prepared
-    workloads of ``workloads.partial.jsonl``; TTFT floors the preparation did not compute
-    are computed here. ``name``: the suite's name for the title (default: summary.json's,
-    else the directory's name); ``commit_id``: the commit the runs ran at (default:
-    summary.json's, else unknown: a suite cut short wrote none)."""
+def read_results(out_dir: Path) -> list[dict]:
+    """The runs a suite directory holds: ``results.json`` (a finished suite) or else
+    ``results.partial.jsonl`` (one cut short)."""
     import json
 
     results_path = out_dir / "results.json"
@@ -419,6 +415,19 @@ def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = 
         results = [json.loads(line) for line in partial.read_text().splitlines() if line]
     if not results:
         raise ValueError(f"{out_dir}: no finished runs")
+    return results
+
+
+def resummarise(out_dir: Path, name: str | None = None, commit_id: str | None = None) -> list[Path]:
+    """Re-write the summary of a suite directory from what its runs left: ``results.json``
+    (a finished suite) or else ``results.partial.jsonl`` (one cut short), and the prepared
+    workloads of ``workloads.partial.jsonl``; TTFT floors the preparation did not compute
+    are computed here. ``name``: the suite's name for the title (default: summary.json's,
+    else the directory's name); ``commit_id``: the commit the runs ran at (default:
+    summary.json's, else unknown: a suite cut short wrote none)."""
+    import json
+
+    results = read_results(out_dir)
     prepared = read_workloads(out_dir)
     ran = {r["workload"] for r in results}
     first = results[0]
@@ -460,4 +469,56 @@ def run_summary_cli(argv: list[str]) -> int:
         return 2
     for path in paths:
         print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def run_versus_cli(argv: list[str]) -> int:
+    """``headroom lab versus DIR [DIR ...] --reference POLICY``: the runs of several suite
+    directories (the same suite and seed: baselines in one, candidates in others) merged, and
+    each candidate against the reference (summary.versus_reference)."""
+    import argparse
+    import json
+    import sys
+
+    from bench.lab.summary import cells, versus_markdown_table, versus_reference
+
+    p = argparse.ArgumentParser(
+        prog="headroom lab versus",
+        description="Merge the runs of suite directories (one suite, one seed; e.g. the "
+        "baselines and the shipped profile in one, candidate profiles in others) and score "
+        "each candidate against a reference profile: attainable failing checks of issue 18's "
+        "done-means 1, geometric means of TTFT p90 / p99, TPOT p90 and E2E p90 over the "
+        "reference's, and the mean SLO attainment difference.",
+    )
+    p.add_argument("dirs", nargs="+", help="--out directories of `headroom lab compare --suite`")
+    p.add_argument("--reference", default="headroom", help="the profile to compare against")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = p.parse_args(argv)
+    try:
+        results: list[dict] = []
+        floors: dict[str, dict] = {}
+        seen: dict[tuple, Path] = {}
+        for d in map(Path, args.dirs):
+            for r in read_results(d):
+                key = (r["workload"], r["load"], r["policy"], bool(r.get("slo_headers")))
+                if seen.setdefault(key, d) != d:
+                    raise ValueError(f"{key[2]} ran {key[0]} at load {key[1]:g} in both "
+                                     f"{seen[key]} and {d}: give each policy one directory")  # fmt: skip
+                results.append(r)
+            summary = d / "summary.json"
+            if summary.is_file():
+                for w in json.loads(summary.read_text()).get("workloads", []):
+                    if w.get("floor"):
+                        floors.setdefault(w["name"], w["floor"])
+        seeds = {r.get("seed") for r in results}
+        if len(seeds) > 1:
+            raise ValueError(f"runs of several lab seeds {sorted(seeds)}: one seed per call")
+        rows = versus_reference(cells(results), args.reference, floors=floors)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"headroom lab versus: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(versus_markdown_table(rows, args.reference), end="")
     return 0

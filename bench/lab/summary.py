@@ -27,6 +27,7 @@ bound over all routers: "not reached by the greedy TTFT oracle").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from bench.lab.compare import fmt_cell
@@ -443,6 +444,62 @@ def versus_markdown(cs: Sequence[dict], policy: str = "headroom",
             f"| {fmt_cell(a, pct=True)} | {'–' if a is None or ag is None else f'{100 * (a - ag):+.1f} pts'} |"
             + (f" {'–' if to is None or not tg else f'{to / tg:.2f}'} |" if oracle else "")
         )
+    return "\n".join(lines) + "\n"
+
+
+VERSUS_METRICS = ("ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90")
+
+
+def versus_reference(
+    cs: Sequence[dict], reference: str, baselines: Sequence[str] = BASELINES,
+    floors: dict[str, dict] | None = None,
+) -> list[dict]:  # fmt: skip
+    """Each policy that is neither a baseline nor a lab reference, against ``reference`` (a
+    profile that ran on the same cells, usually the shipped one): its done-means-1 failing
+    checks (all, no router can, attainable), the geometric mean over the cells both ran of
+    its latency metrics over the reference's (``VERSUS_METRICS``), and the mean of its SLO
+    attainment minus the reference's, in points. The reference's own row has ratios 1. This
+    is what a rule for a candidate reads ("fewer attainable failing checks and TTFT p90 and
+    TPOT p90 geomeans within 1.02x")."""
+    by = _index(cs)
+    policies = list(dict.fromkeys(c["policy"] for c in cs))
+    if reference not in policies:
+        raise ValueError(f"the reference {reference!r} did not run (policies: {policies})")
+    out = []
+    for pol in policies:
+        if pol in baselines or is_reference(pol):
+            continue
+        dm = done_means_1(cs, policy=pol, baselines=baselines, floors=floors)
+        unattainable = sum(1 for f in dm["failures"] if f.get("unattainable"))
+        row: dict = {"policy": pol, "cells": dm["cells_checked"],
+                     "failing": len(dm["failures"]), "unattainable": unattainable,
+                     "attainable": len(dm["failures"]) - unattainable}  # fmt: skip
+        both = [r for r in by.values() if pol in r and reference in r]
+        for m in VERSUS_METRICS:
+            logs = [math.log(r[pol][m] / r[reference][m]) for r in both
+                    if r[pol].get(m) and r[reference].get(m)]  # fmt: skip
+            row[m] = round(math.exp(sum(logs) / len(logs)), 3) if logs else None
+        att = [r[pol]["attainment"] - r[reference]["attainment"] for r in both
+               if r[pol].get("attainment") is not None
+               and r[reference].get("attainment") is not None]  # fmt: skip
+        row["attainment_pts"] = round(100 * sum(att) / len(att), 2) if att else None
+        out.append(row)
+    return out
+
+
+def versus_markdown_table(rows: Sequence[dict], reference: str) -> str:
+    """The rows of :func:`versus_reference` as a markdown table."""
+    lines = [
+        "| policy | cells | attainable failing checks (no router can) | "
+        + " | ".join(f"{m} / {reference}" for m in VERSUS_METRICS)
+        + " | attainment - reference (mean, points) |",
+        "|---|---:|---:|" + "---:|" * len(VERSUS_METRICS) + "---:|",
+    ]
+    for r in rows:
+        ratios = " | ".join("–" if r[m] is None else f"{r[m]:.3f}" for m in VERSUS_METRICS)
+        att = "–" if r["attainment_pts"] is None else f"{r['attainment_pts']:+.2f}"
+        lines.append(f"| {r['policy']} | {r['cells']} | {r['attainable']} ({r['unattainable']}) "
+                     f"| {ratios} | {att} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

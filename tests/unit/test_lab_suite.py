@@ -31,6 +31,8 @@ from bench.lab.summary import (
     summarise,
     summary_markdown,
     versus_markdown,
+    versus_markdown_table,
+    versus_reference,
     worst_case,
 )
 from bench.lab.workloads import Arrival, Chat, TraceSlice, WorkloadSpec, params_dict
@@ -374,6 +376,37 @@ def test_summary_markdown_names_the_failures():
     json.dumps(s)
 
 
+def test_versus_reference_scores_each_candidate_against_the_shipped_profile():
+    rs = small_results()
+    # a candidate: TTFT p90 0.9x headroom's on w, 1.25x on v; TPOT 2x; attainment -5 points
+    for r in [r for r in rs if r["policy"] == "headroom"]:
+        c = json.loads(json.dumps(r))
+        c["policy"] = "cand"
+        c["ttft_ms"] = {k: v * (0.9 if r["workload"] == "w" else 1.25)
+                        for k, v in r["ttft_ms"].items()}  # fmt: skip
+        c["tpot_ms"] = {"p90": 2 * r["tpot_ms"]["p90"]}
+        if r["slo_headers"]:
+            c["slo"] = {"attainment": r["slo"]["attainment"] - 0.05, "goodput_rps": 1.0}
+        rs.append(c)
+    rows = {r["policy"]: r for r in versus_reference(cells(rs), "headroom")}
+    assert set(rows) == {"headroom", "cand"}  # baselines are not scored
+    h, c = rows["headroom"], rows["cand"]
+    assert (h["ttft_p90"], h["tpot_p90"], h["attainment_pts"]) == (1.0, 1.0, 0.0)
+    assert h["attainable"] == len(done_means_1(cells(small_results()))["failures"])
+    assert c["cells"] == 3
+    assert c["ttft_p90"] == pytest.approx((0.9 * 0.9 * 1.25) ** (1 / 3), abs=1e-3)
+    assert c["tpot_p90"] == 2.0 and c["e2e_p90"] == 1.0
+    assert c["attainment_pts"] == pytest.approx(-5.0)
+    # 0.9x TTFT passes w@0.8's TTFT check (85.5 vs 90 ms), 2x TPOT fails v@1.2's (20 vs 10)
+    assert h["attainable"] == c["attainable"] == 5 and c["unattainable"] == 0
+    fails = {(f["workload"], f["load"], f["check"][:8])
+             for f in done_means_1(cells(rs), policy="cand")["failures"]}  # fmt: skip
+    assert ("v", 1.2, "tpot_p90") in fails and ("w", 0.8, "ttft_p90") not in fails
+    assert "| cand | 3 |" in versus_markdown_table(list(rows.values()), "headroom")
+    with pytest.raises(ValueError, match="did not run"):
+        versus_reference(cells(rs), "headroom-s19")
+
+
 # --- end to end ---------------------------------------------------------------------------
 def cli(argv: list[str]) -> int:
     with pytest.raises(SystemExit) as e:
@@ -553,3 +586,24 @@ def test_lab_decisions_logs_each_decision_of_a_suite_cell(tmp_path, capsys):
         assert next(p for p in d["pods"] if p[0] == d["chosen"])[4] == best
     assert cli(["lab", "decisions", str(out), "nope", "1.0"]) == 2
     assert "no workload 'nope'" in capsys.readouterr().err
+
+
+def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_path, capsys):
+    rs = small_results()
+    base = [r for r in rs if r["policy"] != "headroom"]
+    ship = [r for r in rs if r["policy"] == "headroom"]
+    cand = [dict(r, policy="cand") for r in ship]
+    for name, rows in (("base", base + ship), ("cand", cand)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(rows))
+    assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "cand"),
+                "--reference", "headroom", "--json"]) == 0  # fmt: skip
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["cand"]["ttft_p90"] == 1.0 and rows["cand"]["cells"] == 3
+    assert rows["cand"]["attainable"] == rows["headroom"]["attainable"]
+    # the same policy's runs in two directories: refused, not silently merged
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "results.json").write_text(json.dumps(ship))
+    assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "again")]) == 2
+    assert "give each policy one directory" in capsys.readouterr().err
+    assert cli(["lab", "versus", str(tmp_path / "nowhere")]) == 2
