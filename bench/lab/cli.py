@@ -71,6 +71,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="gateway -> pod engine time per prompt token (default %(default)s)")  # fmt: skip
     p.add_argument("--predict-latency-ms", type=float, default=DEFAULT_PREDICT_LATENCY_MS,
                    help="prediction call latency of predicting profiles (default %(default)s)")  # fmt: skip
+    p.add_argument("--client-max-tokens", type=int, metavar="N",
+                   help="every request sends max_tokens N (>= every output; default: each "
+                   "request's own output length, an exact budget real clients seldom send)")  # fmt: skip
     p.add_argument("--ingress-us-per-token", type=float, default=DEFAULT_INGRESS_US_PER_TOKEN,
                    help="client -> gateway routing time per prompt token (HTTP, tokenizer; "
                    "default %(default)s)")  # fmt: skip
@@ -129,6 +132,7 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         pod_ingress_ms=args.pod_ingress_ms,
         pod_ingress_us_per_token=args.pod_ingress_us_per_token,
         predict_latency_ms=args.predict_latency_ms,
+        client_max_tokens=args.client_max_tokens,
         train_interval_s=args.train_interval_s,
         max_train_cycles=args.max_train_cycles,
         publish_delay_s=args.publish_delay_s,

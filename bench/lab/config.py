@@ -65,6 +65,10 @@ class LabConfig:
     pod_ingress_ms: float = DEFAULT_POD_INGRESS_MS
     pod_ingress_us_per_token: float = DEFAULT_POD_INGRESS_US_PER_TOKEN
     predict_latency_ms: float = DEFAULT_PREDICT_LATENCY_MS  # predicting profiles only
+    # the max_tokens clients send: None, each request's own output length (an exact decode
+    # budget, which real clients seldom send); N, every request sends N (>= every output, so
+    # the engines generate the same tokens and only what the gateway reads changes)
+    client_max_tokens: int | None = None
     # learning (policies with a predicted-latency producer)
     train_interval_s: float | None = None  # None: auto (see docs/benchmarks.md)
     max_train_cycles: int = DEFAULT_MAX_TRAIN_CYCLES  # what "auto" aims at
@@ -116,6 +120,8 @@ class LabConfig:
             raise ValueError("rollout_horizon_s must be >= 0")
         if self.rollout_objective not in ROLLOUT_OBJECTIVES:
             raise ValueError(f"rollout_objective must be one of {ROLLOUT_OBJECTIVES}")
+        if self.client_max_tokens is not None and self.client_max_tokens < 1:
+            raise ValueError("client_max_tokens must be >= 1")
         if self.train_interval_s is not None and not self.train_interval_s > 0:
             raise ValueError("train_interval_s must be > 0")
         for name in ("slo_ttft_ms", "slo_tpot_ms"):

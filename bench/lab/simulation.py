@@ -123,6 +123,7 @@ class LabSimulation:
         pod_ingress_s_per_token: float = 0.0,
         pod_ingress_s: float = 0.0,
         predict_latency_s: float = 0.0,
+        client_max_tokens: int | None = None,
         learner: OnlineLearner | None = None,
         on_submit: Callable[[str, Engine, list[float], float], None] | None = None,
         on_decision: Callable[[_Pending, Decision, float], None] | None = None,
@@ -177,6 +178,15 @@ class LabSimulation:
         self.pod_ingress_s_per_token = pod_ingress_s_per_token
         self.pod_ingress_s = pod_ingress_s
         self.predict_latency_s = predict_latency_s
+        # what clients send as max_tokens (None: each request's own output length)
+        self.client_max_tokens = client_max_tokens
+        if client_max_tokens is not None:
+            longest = max((r.output_tokens for r in requests), default=0)
+            if longest > client_max_tokens:
+                raise ValueError(
+                    f"client max_tokens {client_max_tokens} is below a request's output "
+                    f"({longest} tokens): the engines would stop early and the workload change"
+                )
         # requests awaiting their prediction call or on their way to the pod: (time, seq,
         # handler, pending request)
         self._events: list[tuple[float, int, Callable[[_Pending, float], None], _Pending]] = []
@@ -394,7 +404,9 @@ class LabSimulation:
         meanwhile see the same loads."""
         prep = routing.prepare(
             self.scheduling, self.schedulers, self.index, cands, tokens,
-            model=self.model, profile=self.route_profile, max_tokens=req.output_tokens,
+            model=self.model, profile=self.route_profile,
+            max_tokens=req.output_tokens if self.client_max_tokens is None
+            else self.client_max_tokens,
             streaming=self.streaming, slo_ttft_ms=self.slo_ttft_ms,
             slo_tpot_ms=self.slo_tpot_ms, priority=self.priority, cost=self.view.cost,
             hashes=hashes, queued_s=waiter.queued_s() if waiter is not None else 0.0,

@@ -63,6 +63,31 @@ def test_same_seed_same_report_and_seed_matters(mooncake):
     assert a["ttft_ms"] != c["ttft_ms"]
 
 
+def test_client_max_tokens_changes_what_the_gateway_reads_not_what_the_engines_generate(
+    mooncake,
+):
+    longest = max(r.output_tokens for r in load_lab_trace(cfg(mooncake)).requests)
+    seen: dict[str, list[int]] = {"exact": [], "cap": []}
+
+    def watch(key):
+        return lambda p, d, now: seen[key].append(p.prep.request.max_tokens)
+
+    exact_out: list = []
+    cap_out: list = []
+    exact = run_lab(cfg(mooncake), on_decision=watch("exact"), records_out=exact_out)
+    cap = run_lab(cfg(mooncake, client_max_tokens=4 * longest), on_decision=watch("cap"),
+                  records_out=cap_out)  # fmt: skip
+    assert exact["client_max_tokens"] is None and cap["client_max_tokens"] == 4 * longest
+    assert set(seen["cap"]) == {4 * longest} and len(seen["cap"]) == 80
+    assert sorted(seen["exact"]) == sorted(r.output_tokens for r in exact_out)
+    # the engines generate the same answers either way
+    assert [r.output_tokens for r in cap_out] == [r.output_tokens for r in exact_out]
+    with pytest.raises(ValueError, match="below a request's output"):
+        run_lab(cfg(mooncake, client_max_tokens=longest - 1))
+    with pytest.raises(ValueError, match="client_max_tokens"):
+        cfg(mooncake, client_max_tokens=0)
+
+
 def test_flow_control_queues_in_the_lab_as_in_the_gateway(mooncake):
     """headroom's flow control: on one overloaded pod requests wait in the gateway (sent to
     dispatch grows), every request still completes, the run is deterministic, and training
