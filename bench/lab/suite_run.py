@@ -480,7 +480,7 @@ def run_versus_cli(argv: list[str]) -> int:
     import json
     import sys
 
-    from bench.lab.summary import cells, versus_markdown_table, versus_reference
+    from bench.lab.summary import cells, versus_reference, versus_reference_markdown
 
     p = argparse.ArgumentParser(
         prog="headroom lab versus",
@@ -520,5 +520,5 @@ def run_versus_cli(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print(versus_markdown_table(rows, args.reference), end="")
+        print(versus_reference_markdown(rows, args.reference), end="")
     return 0

@@ -487,7 +487,7 @@ def versus_reference(
     return out
 
 
-def versus_markdown_table(rows: Sequence[dict], reference: str) -> str:
+def versus_reference_markdown(rows: Sequence[dict], reference: str) -> str:
     """The rows of :func:`versus_reference` as a markdown table."""
     lines = [
         "| policy | cells | attainable failing checks (no router can) | "

@@ -31,8 +31,8 @@ from bench.lab.summary import (
     summarise,
     summary_markdown,
     versus_markdown,
-    versus_markdown_table,
     versus_reference,
+    versus_reference_markdown,
     worst_case,
 )
 from bench.lab.workloads import Arrival, Chat, TraceSlice, WorkloadSpec, params_dict
@@ -402,7 +402,7 @@ def test_versus_reference_scores_each_candidate_against_the_shipped_profile():
     fails = {(f["workload"], f["load"], f["check"][:8])
              for f in done_means_1(cells(rs), policy="cand")["failures"]}  # fmt: skip
     assert ("v", 1.2, "tpot_p90") in fails and ("w", 0.8, "ttft_p90") not in fails
-    assert "| cand | 3 |" in versus_markdown_table(list(rows.values()), "headroom")
+    assert "| cand | 3 |" in versus_reference_markdown(list(rows.values()), "headroom")
     with pytest.raises(ValueError, match="did not run"):
         versus_reference(cells(rs), "headroom-s19")
 
