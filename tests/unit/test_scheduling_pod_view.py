@@ -377,6 +377,24 @@ def test_the_context_in_flight_is_counted_and_teaches_the_decode_slope():
     assert m.observations == 1
 
 
+def test_the_typical_answer_length_is_measured_from_finished_requests():
+    v = view(rec("a"), rec("b"))
+    assert all(c.typical_output_tokens is None for c in v.candidates(MODEL, 0.0))
+    t = 1.0
+    for i in range(300):  # answers of 100 tokens, whatever max_tokens the clients sent
+        rid = f"r{i}"
+        v.on_dispatch(rid, "ab"[i % 2], 500, 4096, t)
+        v.on_first_token(rid, t + 0.05)
+        v.on_finish(rid, t + 1.0, output_tokens=100)
+        t += 1.0
+        if i == 98:  # published only once 100 have finished (the first are the shortest)
+            assert all(c.typical_output_tokens is None for c in v.candidates(MODEL, t))
+    v.on_dispatch("gone", "a", 500, 4096, t)
+    v.on_finish("gone")  # ended without a time (failure, disconnect): not an answer length
+    for c in v.candidates(MODEL, t):
+        assert c.typical_output_tokens == pytest.approx(100.0)
+
+
 def test_the_decode_slope_is_learned_from_the_pods_own_tpot():
     v = view(rec("a"))
     t = 100.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -133,6 +134,31 @@ def test_learned_damage_weight_follows_prefill_and_decode_sizes():
     # bounded, and the fixed weight without damageAdapt
     assert learned(100.0, 1, 1.0, n=50) == 5.0
     assert LatencyCostScorer.create(damageWeight=0.3).damage_weight() == 0.3
+
+
+def test_learned_damage_weight_reads_the_measured_answer_length_not_the_budget():
+    """Clients often send a max_tokens far above the answer (or none: the gateway's default):
+    once the budgets run above twice the pod view's measured output tokens, the typical decode
+    length is the measured one, so the weight does not shrink with the budget."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def learned(max_tokens, measured):
+        sc = LatencyCostScorer.create(damageAdapt=True, damageKappa=2.0)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        pods = [P(service=0.5, tpot_s=0.02), P(service=1.0, tpot_s=0.03)]
+        rows = rows_of(pods)
+        rows.candidates[:] = [replace(c, typical_output_tokens=measured) for c in rows.candidates]
+        for _ in range(500):
+            sched.schedule(req(max_tokens=max_tokens), rows, None, now=0.0, rng=random.Random(0))
+        return sc.damage_weight()
+
+    exact = learned(200, None)  # nothing finished yet: the budget stands for the answer
+    assert exact == pytest.approx(2 * 0.5 / (200 * 0.02), rel=0.05)
+    assert learned(4096, 200.0) == pytest.approx(exact, rel=0.05)  # measured: same weight
+    assert learned(4096, None) == pytest.approx(exact * 200 / 4096, rel=0.05)
+    # budgets within twice the measured answers are answer lengths: they stand
+    assert learned(300, 200.0) == pytest.approx(exact * 200 / 300, rel=0.05)
+    assert learned(200, 120.0) == pytest.approx(exact, rel=0.05)
 
 
 def test_learned_damage_weight_reads_the_measured_tpot_without_predictions():

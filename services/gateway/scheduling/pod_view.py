@@ -45,7 +45,8 @@ The view also trains the cost model: a request dispatched to a pod with nothing 
 ahead of it reports its time to first token (``on_first_token(id, now)``) as its own prefill.
 And it measures each pod's TPOT: a request that finishes with the time and its output tokens
 (``on_finish(id, now, output_tokens)``) after a timed first token teaches the pod's EWMA
-(``Candidate.tpot_s``; the latency-cost-scorer's learned damage weight reads it) and, against
+(``Candidate.tpot_s``; the latency-cost-scorer's learned damage weight reads it, and the
+tokens it generated, ``Candidate.typical_output_tokens``, over all pods) and, against
 the pod's mean ``context_tokens`` over its decode, the decode slope of the pod's hardware
 class (:class:`~services.gateway.scheduling.cost_model.DecodeCostModel`:
 ``Candidate.decode_s_per_token`` and ``decode_free_tokens``; the latency-cost-scorer's
@@ -166,6 +167,9 @@ class Candidate:
     decode_s_per_token: float = 0.0
     # the context below which attention reads take less than the rest of a step there
     decode_free_tokens: float = 0.0
+    # EWMA of the tokens this gateway's finished requests generated (any pod; None before
+    # the first): the answer length clients' max_tokens only bounds
+    typical_output_tokens: float | None = None
 
     @property
     def hardware_class(self) -> str | None:
@@ -206,6 +210,11 @@ class PodView:
         self._mean_service_s: dict[str | None, float] = {}
         # pod -> EWMA of the TPOT its finished requests measured (on_finish with now)
         self._tpot_s: dict[str, float] = {}
+        # EWMA of the output tokens of finished requests (on_finish with now), published as
+        # _output_tokens once _OUTPUT_WARM requests have finished
+        self._output_mean: float | None = None
+        self._outputs_seen = 0
+        self._output_tokens: float | None = None
         # per hardware class: decode step time against the prompt tokens decoding beside it
         self.decode = ClassDecodeModels()
         self._records: dict[str, PodRecord] = {}
@@ -311,7 +320,7 @@ class PodView:
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
                     backlog, protected, self._tpot_s.get(name),
                     fl.context_tokens if fl else 0.0,
-                    *lines[hw],
+                    *lines[hw], self._output_tokens,
                 )
             )  # fmt: skip
         return out
@@ -449,6 +458,12 @@ class PodView:
         if t is None:
             return
         fl = self._inflight[t.pod]
+        if now is not None and output_tokens >= 1 and t.first_token_at is not None:
+            n, m = float(output_tokens), self._output_mean
+            self._output_mean = n if m is None else m + _OUTPUT_ALPHA * (n - m)
+            self._outputs_seen += 1
+            if self._outputs_seen >= _OUTPUT_WARM:  # the first to finish are the shortest
+                self._output_tokens = self._output_mean
         if now is not None and output_tokens >= 2 and t.first_token_at is not None:
             tpot = max(0.0, now - t.first_token_at) / (output_tokens - 1)
             m = self._tpot_s.get(t.pod)
@@ -477,6 +492,8 @@ class PodView:
 
 
 _TPOT_ALPHA = 0.05  # EWMA step of the measured TPOT per pod (~20 requests)
+_OUTPUT_ALPHA = 0.01  # EWMA step of the finished requests' output tokens (~100 requests)
+_OUTPUT_WARM = 100  # finished requests before that EWMA is published (its memory)
 # a cost model with fewer observations than this is cold (its prior still dominates): the
 # backlog share of requests it priced is re-priced at the model's current coefficients
 COLD_OBSERVATIONS = 8

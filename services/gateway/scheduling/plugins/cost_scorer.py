@@ -71,6 +71,8 @@ _EPS = 1e-12
 _ALPHA = 0.01  # EWMA step of the typical sizes (damageAdapt)
 _PRIOR_TPOT_S = 0.03  # typical TPOT until one is measured (an H100-class decode step)
 _MIN_W, _MAX_W = 0.005, 5.0  # bounds of the learned damage weight
+# clients' max_tokens above this multiple of the measured answers are budgets, not lengths
+_BUDGET_SLACK = 2.0
 
 
 def _estimated_s(p: PodState) -> float:
@@ -153,7 +155,10 @@ class LatencyCostScorer(Scorer):
         self.decode_free: float = params["decodeFree"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
-        self.typical_tokens: float | None = None  # its decode budget (max_tokens)
+        # its decode length: the pod view's measured output tokens, before any the decode
+        # budget (an EWMA of max_tokens, kept in _budget_tokens)
+        self.typical_tokens: float | None = None
+        self._budget_tokens: float | None = None
         # the best TPOT over the pods: measured by the pod view from finished requests
         # (Candidate.tpot_s), else predicted when the cycle has predictions, else the prior
         self.typical_tpot_s: float = _PRIOR_TPOT_S
@@ -169,11 +174,17 @@ class LatencyCostScorer(Scorer):
     def _learn(self, cycle: CycleState, pods: list[PodState]) -> None:
         svc = min(p.service_s for p in pods)
         tok = float(cycle.request.max_tokens)
-        if self.typical_service_s is None or self.typical_tokens is None:
-            self.typical_service_s, self.typical_tokens = svc, tok
+        if self.typical_service_s is None or self._budget_tokens is None:
+            self.typical_service_s, self._budget_tokens = svc, tok
         else:
             self.typical_service_s += _ALPHA * (svc - self.typical_service_s)
-            self.typical_tokens += _ALPHA * (tok - self.typical_tokens)
+            self._budget_tokens += _ALPHA * (tok - self._budget_tokens)
+        # the clients' max_tokens stand for the answers' length unless they run above twice
+        # what the pod view measured of the requests that finished (budgets, not lengths)
+        measured = pods[0].candidate.typical_output_tokens
+        budget = self._budget_tokens
+        uninformative = measured is not None and budget > _BUDGET_SLACK * measured
+        self.typical_tokens = measured if uninformative else budget
         best = _best_tpot_s(cycle, pods)
         if best is not None:
             self.typical_tpot_s += _ALPHA * (best - self.typical_tpot_s)
