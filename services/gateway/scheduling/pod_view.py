@@ -167,8 +167,8 @@ class Candidate:
     decode_s_per_token: float = 0.0
     # the context below which attention reads take less than the rest of a step there
     decode_free_tokens: float = 0.0
-    # EWMA of the tokens this gateway's finished requests generated (any pod; None before
-    # the first): the answer length clients' max_tokens only bounds
+    # EWMA of the tokens this gateway's finished requests generated (any pod and model;
+    # None until _OUTPUT_WARM have finished): the answer length max_tokens only bounds
     typical_output_tokens: float | None = None
 
     @property

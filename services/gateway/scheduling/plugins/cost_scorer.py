@@ -155,8 +155,8 @@ class LatencyCostScorer(Scorer):
         self.decode_free: float = params["decodeFree"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
-        # its decode length: the pod view's measured output tokens, before any the decode
-        # budget (an EWMA of max_tokens, kept in _budget_tokens)
+        # its answer length: the EWMA of max_tokens (_budget_tokens), or the pod view's
+        # measured answers when the budgets run above _BUDGET_SLACK x them
         self.typical_tokens: float | None = None
         self._budget_tokens: float | None = None
         # the best TPOT over the pods: measured by the pod view from finished requests
