@@ -210,11 +210,10 @@ class PodView:
         self._mean_service_s: dict[str | None, float] = {}
         # pod -> EWMA of the TPOT its finished requests measured (on_finish with now)
         self._tpot_s: dict[str, float] = {}
-        # EWMA of the output tokens of finished requests (on_finish with now), published as
-        # _output_tokens once _OUTPUT_WARM requests have finished
+        # EWMA of the output tokens of finished requests (on_finish with now) and how many
+        # taught it; published (typical_output_tokens) once _OUTPUT_WARM have finished
         self._output_mean: float | None = None
         self._outputs_seen = 0
-        self._output_tokens: float | None = None
         # per hardware class: decode step time against the prompt tokens decoding beside it
         self.decode = ClassDecodeModels()
         self._records: dict[str, PodRecord] = {}
@@ -304,6 +303,8 @@ class PodView:
         """Ready pods serving ``model``, sorted by name, each with its current load."""
         out = []
         lines: dict[str | None, tuple[float, float]] = {}  # decode line per class, once
+        # the first requests to finish are the shortest answers: published after a warm-up
+        output_tokens = self._output_mean if self._outputs_seen >= _OUTPUT_WARM else None
         for name in sorted(self._records):
             rec = self._records[name]
             if not rec.ready or model not in rec.models:
@@ -320,7 +321,7 @@ class PodView:
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
                     backlog, protected, self._tpot_s.get(name),
                     fl.context_tokens if fl else 0.0,
-                    *lines[hw], self._output_tokens,
+                    *lines[hw], output_tokens,
                 )
             )  # fmt: skip
         return out
@@ -462,8 +463,6 @@ class PodView:
             n, m = float(output_tokens), self._output_mean
             self._output_mean = n if m is None else m + _OUTPUT_ALPHA * (n - m)
             self._outputs_seen += 1
-            if self._outputs_seen >= _OUTPUT_WARM:  # the first to finish are the shortest
-                self._output_tokens = self._output_mean
         if now is not None and output_tokens >= 2 and t.first_token_at is not None:
             tpot = max(0.0, now - t.first_token_at) / (output_tokens - 1)
             m = self._tpot_s.get(t.pod)
