@@ -162,6 +162,52 @@ HOLDOUT: tuple = (
     ), rate_rps=8.0), seed=3106, requests=1000),
 )  # fmt: skip
 
+# A fourth set, defined in session 21 before the candidates it judges were run (the decode
+# price's relative form): `validation` and `holdout` had both been read for the decode price.
+# Other parameters and seeds again, generated families only, every kind of traffic including
+# short chat and on/off bursts. Consult it once per candidate; docs/benchmarks.md lists each.
+HOLDOUT2: tuple = (
+    WorkloadSpec("rag-hot-d", Rag(
+        documents=3, document=LogNormal(12_000, 35_000, 4_000, 45_000), zipf=0.7,
+        docs_per_request=1, system_tokens=1024, question=LogNormal(80, 250, 5, 600),
+        output=LogNormal(300, 700, 30, 1000), arrival=Arrival("gamma", 1.2, cv=1.3)),
+        seed=4101, requests=500, note="three hot documents, long answers"),
+    WorkloadSpec("rag-d", Rag(
+        documents=6, document=LogNormal(50_000, 110_000, 15_000, 140_000), zipf=1.2,
+        docs_per_request=1, system_tokens=768, question=LogNormal(60, 200, 10, 500),
+        output=LogNormal(100, 300, 20, 500), arrival=Arrival("poisson", 1.5)),
+        seed=4102, requests=500),
+    WorkloadSpec("chat-d", Chat(
+        prompt=LogNormal(600, 1600, 300, 3000), output=LogNormal(300, 650, 50, 800),
+        arrival=Arrival("poisson", 15.0)), seed=4103, requests=1000),
+    WorkloadSpec("multiturn-d", MultiTurn(
+        system_prompts=2, system_tokens=1536, turns=5.0, first=LogNormal(500, 1500, 50, 4000),
+        message=LogNormal(120, 450, 10, 1800), output=LogNormal(280, 650, 20, 1100),
+        think_s=25.0, max_context=32768, arrival=Arrival("poisson", 0.7)),
+        seed=4104, requests=1000),
+    WorkloadSpec("agentic-d", Agentic(
+        agents=3, system_tokens=4096, calls=7.0, call_gap_s=0.4,
+        step=LogNormal(200, 900, 10, 4000), carry=True, output=LogNormal(50, 180, 5, 450),
+        max_context=32768, arrival=Arrival("poisson", 0.7)), seed=4105, requests=1000),
+    WorkloadSpec("code-d", Code(
+        repos=8, zipf=0.9, prompt=LogNormal(3000, 9000, 600, 14_000), share_prob=0.8,
+        shared_fraction=0.5, output=LogNormal(12, 40, 1, 96), arrival=Arrival("poisson", 18.0)),
+        seed=4106, requests=1000),
+    WorkloadSpec("bursty-chat-d", Chat(
+        prompt=LogNormal(900, 2200, 300, 3000), output=LogNormal(200, 500, 50, 800),
+        arrival=Arrival("onoff", 16.0, on_s=6.0, off_s=10.0)), seed=4107, requests=1000,
+        note="short chat in on/off bursts"),
+    WorkloadSpec("mix-d", Mix(parts=(
+        (0.4, MultiTurn(system_prompts=3, system_tokens=1024, turns=4.0, think_s=20.0,
+                        first=LogNormal(500, 1600, 50, 4000), message=LogNormal(100, 350, 10, 1500),
+                        output=LogNormal(250, 600, 20, 1000))),
+        (0.3, Rag(documents=3, document=LogNormal(20_000, 45_000, 5_000, 60_000), zipf=0.8,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(70, 220, 5, 500),
+                  output=LogNormal(200, 500, 20, 800))),
+        (0.3, Chat(prompt=LogNormal(800, 2000, 300, 3000), output=LogNormal(180, 450, 50, 800))),
+    ), rate_rps=6.0), seed=4108, requests=1000),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -172,6 +218,7 @@ SUITES: dict[str, tuple] = {
     "train": TRAIN,
     "validation": VALIDATION,
     "holdout": HOLDOUT,
+    "holdout2": HOLDOUT2,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

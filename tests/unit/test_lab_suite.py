@@ -12,7 +12,7 @@ import pytest
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from bench.lab.suite import HOLDOUT, SMOKE, TRAIN, VALIDATION, suite
+from bench.lab.suite import HOLDOUT, HOLDOUT2, SMOKE, TRAIN, VALIDATION, suite
 from bench.lab.suite_run import (
     SLO_BLIND,
     idle_latency_ms,
@@ -88,6 +88,23 @@ def test_holdout_is_disjoint_from_train_and_validation():
     for e in hold:
         for x in parts(e):
             assert x not in seen, e.name
+
+
+def test_holdout2_is_disjoint_from_every_earlier_set():
+    """The second holdout set (session 21) shares no seed, name or parameter set (of a
+    workload or a part of a mix) with train, validation or holdout, and covers every
+    generated kind of traffic, on/off bursts included."""
+    fresh = generated(HOLDOUT2)
+    assert len(fresh) == len(HOLDOUT2)  # generated families only
+    others = generated(TRAIN) + generated(VALIDATION) + generated(HOLDOUT)
+    assert not {e.seed for e in fresh} & {e.seed for e in others}
+    assert not {e.name for e in HOLDOUT2} & {e.name for e in TRAIN + VALIDATION + HOLDOUT}
+    seen = [x for e in others for x in parts(e)]
+    for e in fresh:
+        for x in parts(e):
+            assert x not in seen, e.name
+    assert {e.family for e in HOLDOUT2} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
 
 
 def test_each_split_covers_every_kind_of_traffic():
