@@ -364,7 +364,7 @@ def write_outputs(
     """:func:`write_suite_outputs` for a suite run at one seed; for several seeds, one
     ``seed-S/`` directory each (its own summary) plus ``seeds.json`` / ``seeds.md``
     (:func:`bench.lab.summary.across_seeds`: done-means 1 per seed and which cells fail on
-    how many seeds)."""
+    how many seeds), written when ``headroom`` ran (done-means 1 is its)."""
     import json
 
     from bench.lab.summary import across_seeds, seeds_markdown
@@ -381,6 +381,8 @@ def write_outputs(
                                          rs, out_dir / f"seed-{seed}", commit_id)  # fmt: skip
         paths += written
         per_seed[seed] = s["done_means_1"]
+    if any(dm is None for dm in per_seed.values()):
+        return paths  # done-means 1 is headroom's: without it there is nothing to sum
     a = {"suite": name, "loads": list(loads), "slo": slo, "commit": commit_id or commit(),
          **across_seeds(per_seed)}  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -498,12 +500,21 @@ def run_versus_cli(argv: list[str]) -> int:
         results: list[dict] = []
         floors: dict[str, dict] = {}
         seen: dict[tuple, Path] = {}
+        rates: dict[tuple, tuple[float, Path]] = {}
         for d in map(Path, args.dirs):
             for r in read_results(d):
                 key = (r["workload"], r["load"], r["policy"], bool(r.get("slo_headers")))
                 if seen.setdefault(key, d) != d:
                     raise ValueError(f"{key[2]} ran {key[0]} at load {key[1]:g} in both "
                                      f"{seen[key]} and {d}: give each policy one directory")  # fmt: skip
+                # a suite prepares its workloads' rates with its first seed: the same seed's
+                # runs from `--seeds 0,1,2` and `--seeds 1,2` ran at different rates
+                cell = (r["workload"], r["load"])
+                rate, where = rates.setdefault(cell, (r.get("rate_scale"), d))
+                if r.get("rate_scale") != rate:
+                    raise ValueError(f"{cell[0]} at load {cell[1]:g} ran at rate scale "
+                                     f"{rate} in {where} and {r.get('rate_scale')} in {d}: "
+                                     "compare suites prepared alike (the same first seed)")  # fmt: skip
                 results.append(r)
             summary = d / "summary.json"
             if summary.is_file():

@@ -577,6 +577,10 @@ def test_lab_compare_suite_at_several_seeds_writes_one_summary_per_seed(tmp_path
     assert cli(["lab", "summary", str(out)]) == 0
     assert json.loads((out / "seed-3" / "summary.json").read_text())["seed"] == 3
     assert json.loads((out / "seeds.json").read_text())["per_seed"] == a["per_seed"]
+    # candidates alone (no headroom: no done-means 1 to sum): the per-seed summaries only
+    alone = tmp_path / "alone"
+    assert cli([*argv[:7], "least-request", *argv[8:], "--seeds", "3,4", "--out", str(alone)]) == 0
+    assert (alone / "seed-4" / "summary.json").is_file() and not (alone / "seeds.json").exists()
     assert cli(["lab", "compare", "--suite", "smoke", "--seeds", "1,1", "--out",
                 str(tmp_path / "rep")]) == 2  # fmt: skip
     assert "seeds repeat" in capsys.readouterr().err
@@ -624,3 +628,9 @@ def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_
     assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "again")]) == 2
     assert "give each policy one directory" in capsys.readouterr().err
     assert cli(["lab", "versus", str(tmp_path / "nowhere")]) == 2
+    # runs of the same cell at other rates (a suite prepared with another first seed): refused
+    (tmp_path / "other").mkdir()
+    moved = [dict(r, policy="cand2", rate_scale=(r.get("rate_scale") or 1.0) * 1.01) for r in ship]
+    (tmp_path / "other" / "results.json").write_text(json.dumps(moved))
+    assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "other")]) == 2
+    assert "compare suites prepared alike" in capsys.readouterr().err
