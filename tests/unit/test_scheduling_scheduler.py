@@ -495,3 +495,42 @@ def test_the_decode_price_counts_only_the_context_beyond_the_fleets_mean_and_fre
     assert chosen(pods) == 1  # 0.05 + 12.1 s against 0.5 s
     assert chosen(pods, free_multiple=4.0) == 1  # 0.05 + 2.5 s against 0.5 s
     assert chosen(pods, free_multiple=8.0) == 0  # within 8 x the free context: the cache wins
+
+
+def test_the_decode_slack_prices_only_a_pod_whose_tpot_runs_beyond_a_fraction_of_the_means():
+    """decodeSlack s prices the context beyond the mean plus s x (free context + mean): the
+    pod's TPOT more than s x the mean pod's. The same excess is priced on a fleet reading
+    little context and within the slack on one reading much (the threshold scales with it)."""
+    from services.gateway.scheduling.plugins.cost_scorer import (
+        LatencyCostScorer,
+        _decode_excess_s,
+    )
+
+    k, free = 6e-8, 200_000.0
+    request = req(input_tokens=10_000, max_tokens=200)
+
+    def fleet(low, high):
+        pods = [P(service=0.05, context=high, in_flight=20, decode_k=k),
+                P(service=0.5, context=low, in_flight=5, decode_k=k)]  # fmt: skip
+        for p in pods:
+            p.decode_free = free
+        return pods
+
+    def chosen(pods, slack):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, decodeSlack=slack)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    # 400k tokens apart either way: mean 200k (small fleet) or 1.2M (large)
+    small, large = fleet(0.0, 400_000.0), fleet(1_000_000.0, 1_400_000.0)
+    s_small = cycle(small, request).pods[0]
+    s_large = cycle(large, request).pods[0]
+    excess = 400_000 + 10_000 - 200_000
+    assert _decode_excess_s(request, s_small, 200_000.0, 0.0, 0.25) == pytest.approx(
+        k * 200 * (excess - 0.25 * (free + 200_000))
+    )
+    # on the large fleet the same gap is within a quarter of the mean pod's TPOT
+    assert _decode_excess_s(request, s_large, 1_200_000.0, 0.0, 0.25) == 0.0
+    assert chosen(small, 0.25) == 1  # 0.05 + 1.3 s against 0.5 s: off the crowded pod
+    assert chosen(large, 0.25) == 0  # not priced: the cache wins
+    assert chosen(small, 1.0) == 0  # within the mean pod's TPOT again: not priced
