@@ -22,13 +22,13 @@ among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the othe
 after them by own TTFT), so a sacrificed request waits at most that multiple of what the
 fastest pod would give it and no pod becomes a sink of ever longer waits.
 
-With ``decodeWeight`` > 0 every cost also carries the decode time the
-request would lose on a pod whose decode batch reads more context than the fleet's (``k_i``:
-decode seconds per step per context token on the pod's hardware class, learned by the pod
-view from measured TPOTs, an H100-class prior until then; ``ctx_i``: prompt tokens of this
-gateway's requests in flight there; ``mean ctx``: their mean over the candidate pods; ``L``:
-the request's prompt tokens; ``m``: its ``max_tokens``; ``free_i``: the pod's free context
-``e / k``, where attention reads take as long as the rest of a step)::
+With ``decodeWeight`` > 0 every cost also carries the decode time the request would lose on a
+pod whose decode batch reads more context than the fleet's (``k_i``: decode seconds per step
+per context token on the pod's hardware class, learned by the pod view from measured TPOTs,
+an H100-class prior until then; ``ctx_i``: prompt tokens of this gateway's requests in flight
+there; ``mean ctx``: their mean over the candidate pods; ``L``: the request's prompt tokens;
+``m``: its ``max_tokens``; ``free_i``: the pod's free context ``e / k``, where attention reads
+take as long as the rest of a step)::
 
     cost_i  += decodeWeight x k_i x m x max(0, ctx_i + L - mean ctx - decodeFree x free_i
                                                - decodeSlack x (free_i + mean ctx))
@@ -36,21 +36,21 @@ the request's prompt tokens; ``m``: its ``max_tokens``; ``free_i``: the pod's fr
 Every decode step reads the KV cache of every sequence in the batch, so a request placed on
 a pod holding far more context than the others decodes slower there for all of its ``m``
 steps. Only the excess over the fleet's mean counts (on an evenly spread fleet nothing is
-priced, whatever the absolute context), and only beyond ``decodeSlack`` x the mean pod's
-TPOT in context tokens (0.25: where the pod's TPOT would run more than 25% above the mean
-pod's on the learned line ``tpot = k (free + ctx)``) and ``decodeFree`` x the free context
-(an absolute allowance). A cached prompt costs no prefill but
-still costs every decode step: without this, requests for a few hot documents piled onto
-the pods holding them (every hit was a cheap TTFT) until their decode batches ran several
-times slower than the other pods' (the routing lab's rag-hot-a: TPOT p90 2x the best
-baseline's). The delay a request's context adds to the others decoding beside it is not
-priced: measured, that term moved long prompts off the pods holding their cache on every
-long-prompt workload and cost TTFT, TPOT and E2E there (docs/benchmarks.md "Session 20").
-Off in the shipped profiles (``decodeWeight`` 0; `headroom` sets ``decodeSlack`` 0.25 so that
-``decodeWeight: 1`` turns on the measured form): with ``decodeSlack`` 0.25 it was chosen on
-`train` and passed its rule on `holdout2`, but it charges ``max_tokens`` decode steps, and with
-clients that send a fixed large budget (4096) it made `train` far worse (rag-a TTFT p90 up to
-6x); on `validation` it quadrupled rag-b@0.8's TTFT p90 (docs/benchmarks.md "Session 21").
+priced, whatever the absolute context), and only beyond ``decodeSlack`` x the mean pod's TPOT
+in context tokens (0.25: where the pod's TPOT would run more than 25% above the mean pod's on
+the learned line ``tpot = k (free + ctx)``) and ``decodeFree`` x the free context (an absolute
+allowance). A cached prompt costs no prefill but still costs every decode step: without this,
+requests for a few hot documents piled onto the pods holding them (every hit was a cheap
+TTFT) until their decode batches ran several times slower than the other pods' (the routing
+lab's rag-hot-a: TPOT p90 2x the best baseline's). The delay a request's context adds to the
+others decoding beside it is not priced: measured, that term moved long prompts off the pods
+holding their cache on every long-prompt workload and cost TTFT, TPOT and E2E there
+(docs/benchmarks.md "Session 20"). Off in the shipped profiles (``decodeWeight`` 0;
+`headroom` sets ``decodeSlack`` 0.25 so that ``decodeWeight: 1`` turns on the measured form):
+chosen on `train`, it passed its rule on `holdout2`, but it charges ``max_tokens`` decode
+steps, and with clients that send a fixed large budget (4096) it made `train` far worse
+(rag-a TTFT p90 up to 6x); on `validation` it quadrupled rag-b@0.8's TTFT p90
+(docs/benchmarks.md "Session 21").
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
@@ -94,7 +94,8 @@ def _decode_excess_s(
 ) -> float:
     """Seconds of decode the request would lose on the pod to context beyond the fleet's: its
     own ``max_tokens`` steps over the context there (its own prompt included) in excess of
-    the candidates' mean context plus ``free`` x the pod's free context (module docstring)."""
+    the candidates' mean context plus ``free`` x the pod's free context plus ``slack`` x the
+    mean pod's TPOT in context tokens (free + mean; module docstring)."""
     c = p.candidate
     excess = c.context_tokens + float(req.input_tokens) - mean_context
     excess -= free * c.decode_free_tokens
