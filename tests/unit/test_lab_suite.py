@@ -74,35 +74,33 @@ def test_train_and_validation_are_disjoint():
                 assert a + n <= b and b + m <= total and n > 0 and m > 0
 
 
+def assert_disjoint(fresh_set: tuple, *earlier: tuple) -> list:
+    """``fresh_set`` holds generated workloads only and shares no seed, name or parameter set
+    (of a workload or a part of a mix) with any ``earlier`` set; returns its workloads."""
+    fresh = generated(fresh_set)
+    assert len(fresh) == len(fresh_set)  # generated families only
+    others = [e for s in earlier for e in generated(s)]
+    assert not {e.seed for e in fresh} & {e.seed for e in others}
+    assert not {e.name for e in fresh_set} & {e.name for s in earlier for e in s}
+    seen = [x for e in others for x in parts(e)]
+    for e in fresh:
+        for x in parts(e):
+            assert x not in seen, e.name
+    return fresh
+
+
 def test_holdout_is_disjoint_from_train_and_validation():
     """The holdout set (session 20) shares no seed, name or parameter set (of a workload or a
     part of a mix) with train or validation, and holds no real-trace rows (both halves of
     each real trace are taken)."""
-    hold = generated(HOLDOUT)
-    assert len(hold) == len(HOLDOUT)  # generated families only
-    others = generated(TRAIN) + generated(VALIDATION)
-    assert not {e.seed for e in hold} & {e.seed for e in others}
-    assert not {e.name for e in HOLDOUT} & {e.name for e in TRAIN + VALIDATION}
-
-    seen = [x for e in others for x in parts(e)]
-    for e in hold:
-        for x in parts(e):
-            assert x not in seen, e.name
+    assert_disjoint(HOLDOUT, TRAIN, VALIDATION)
 
 
 def test_holdout2_is_disjoint_from_every_earlier_set():
     """The second holdout set (session 21) shares no seed, name or parameter set (of a
     workload or a part of a mix) with train, validation or holdout, and covers every
     generated kind of traffic, on/off bursts included."""
-    fresh = generated(HOLDOUT2)
-    assert len(fresh) == len(HOLDOUT2)  # generated families only
-    others = generated(TRAIN) + generated(VALIDATION) + generated(HOLDOUT)
-    assert not {e.seed for e in fresh} & {e.seed for e in others}
-    assert not {e.name for e in HOLDOUT2} & {e.name for e in TRAIN + VALIDATION + HOLDOUT}
-    seen = [x for e in others for x in parts(e)]
-    for e in fresh:
-        for x in parts(e):
-            assert x not in seen, e.name
+    fresh = assert_disjoint(HOLDOUT2, TRAIN, VALIDATION, HOLDOUT)
     assert {e.family for e in HOLDOUT2} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
 
