@@ -208,6 +208,48 @@ HOLDOUT2: tuple = (
     ), rate_rps=6.0), seed=4108, requests=1000),
 )  # fmt: skip
 
+# a third fresh set (session 22), written before the candidate it judges ran; like holdout2 it
+# is read once per candidate and never tuned on
+HOLDOUT3: tuple = (
+    WorkloadSpec("rag-hot-e", Rag(
+        documents=4, document=LogNormal(18_000, 45_000, 6_000, 55_000), zipf=0.75,
+        docs_per_request=1, system_tokens=512, question=LogNormal(70, 220, 5, 500),
+        output=LogNormal(220, 550, 20, 900), arrival=Arrival("poisson", 1.1)),
+        seed=5101, requests=500, note="four hot documents"),
+    WorkloadSpec("rag-e", Rag(
+        documents=10, document=LogNormal(20_000, 45_000, 6_000, 60_000), zipf=0.9,
+        docs_per_request=2, system_tokens=768, question=LogNormal(60, 180, 5, 450),
+        output=LogNormal(150, 420, 20, 700), arrival=Arrival("gamma", 1.2, cv=1.5)),
+        seed=5102, requests=500, note="two documents per request"),
+    WorkloadSpec("multiturn-e", MultiTurn(
+        system_prompts=4, system_tokens=1024, turns=6.0, first=LogNormal(400, 1200, 50, 3500),
+        message=LogNormal(150, 500, 10, 2000), output=LogNormal(220, 550, 20, 900),
+        think_s=20.0, max_context=32768, arrival=Arrival("poisson", 0.8)),
+        seed=5103, requests=1000),
+    WorkloadSpec("agentic-e", Agentic(
+        agents=5, system_tokens=3072, calls=6.0, call_gap_s=0.3,
+        step=LogNormal(300, 1200, 10, 5000), carry=True, output=LogNormal(70, 220, 5, 500),
+        max_context=32768, arrival=Arrival("poisson", 0.9)), seed=5104, requests=1000),
+    WorkloadSpec("code-e", Code(
+        repos=12, zipf=1.0, prompt=LogNormal(2500, 7000, 500, 12_000), share_prob=0.7,
+        shared_fraction=0.6, output=LogNormal(20, 60, 1, 128), arrival=Arrival("poisson", 20.0)),
+        seed=5105, requests=1000),
+    WorkloadSpec("bursty-multiturn-e", MultiTurn(
+        system_prompts=3, system_tokens=1024, turns=4.0, first=LogNormal(600, 1800, 50, 4000),
+        message=LogNormal(120, 400, 10, 1500), output=LogNormal(200, 500, 20, 800),
+        think_s=15.0, max_context=32768, arrival=Arrival("onoff", 1.5, on_s=8.0, off_s=8.0)),
+        seed=5106, requests=1000, note="multi-turn sessions starting in on/off bursts"),
+    WorkloadSpec("mix-e", Mix(parts=(
+        (0.35, Rag(documents=4, document=LogNormal(15_000, 40_000, 5_000, 50_000), zipf=0.7,
+                   docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                   output=LogNormal(200, 500, 20, 800))),
+        (0.35, Agentic(agents=3, system_tokens=2048, calls=5.0, call_gap_s=0.4,
+                       step=LogNormal(200, 800, 10, 3000), carry=True,
+                       output=LogNormal(60, 200, 5, 450), max_context=32768)),
+        (0.3, Chat(prompt=LogNormal(700, 1800, 300, 3000), output=LogNormal(200, 500, 50, 800))),
+    ), rate_rps=5.0), seed=5107, requests=1000),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -219,6 +261,7 @@ SUITES: dict[str, tuple] = {
     "validation": VALIDATION,
     "holdout": HOLDOUT,
     "holdout2": HOLDOUT2,
+    "holdout3": HOLDOUT3,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

@@ -12,7 +12,7 @@ import pytest
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from bench.lab.suite import HOLDOUT, HOLDOUT2, SMOKE, TRAIN, VALIDATION, suite
+from bench.lab.suite import HOLDOUT, HOLDOUT2, HOLDOUT3, SMOKE, TRAIN, VALIDATION, suite
 from bench.lab.suite_run import (
     SLO_BLIND,
     idle_latency_ms,
@@ -102,6 +102,16 @@ def test_holdout2_is_disjoint_from_every_earlier_set():
     generated kind of traffic, on/off bursts included."""
     fresh = assert_disjoint(HOLDOUT2, TRAIN, VALIDATION, HOLDOUT)
     assert {e.family for e in HOLDOUT2} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
+
+
+def test_holdout3_is_disjoint_from_every_earlier_set():
+    """The third holdout set (session 22) shares no seed, name or parameter set with any
+    earlier set and covers hot-document and multi-document RAG, multi-turn, agentic, code,
+    bursts and a mix."""
+    fresh = assert_disjoint(HOLDOUT3, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2)
+    assert {e.family for e in HOLDOUT3} == {"multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "docs_per_request", 1) == 2 for e in fresh)
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
 
 
