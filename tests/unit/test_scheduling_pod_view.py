@@ -395,6 +395,38 @@ def test_the_typical_answer_length_is_measured_from_finished_requests():
         assert c.typical_output_tokens == pytest.approx(100.0)
 
 
+def test_the_share_of_their_budgets_the_answers_used_is_measured_after_a_few_finish():
+    """budget_share: the mean of min(1, output / max_tokens) over finished requests, from the
+    eighth on. Clients that send the answers' lengths give 1 at once; under fixed budgets
+    the share is the answers' over the budget (the first to finish are the shortest, so it
+    starts low); an answer beyond its budget counts as 1; a request ended without a time
+    teaches nothing."""
+
+    def shares(budgets, outputs):
+        v = view(rec("a"), rec("b"))
+        t, out = 1.0, []
+        for i, (m, n) in enumerate(zip(budgets, outputs, strict=True)):
+            rid = f"r{i}"
+            v.on_dispatch(rid, "ab"[i % 2], 500, m, t)
+            v.on_first_token(rid, t + 0.05)
+            v.on_finish(rid, t + 1.0, output_tokens=n)
+            out.append(v.candidates(MODEL, t)[0].budget_share)
+            t += 1.0
+        v.on_dispatch("gone", "a", 500, 4096, t)
+        v.on_finish("gone")  # failure, disconnect: not an answer
+        assert v.candidates(MODEL, t)[0].budget_share == out[-1]
+        return out
+
+    exact = shares([50, 400, 120, 800] * 5, [50, 400, 120, 800] * 5)
+    assert exact[:7] == [None] * 7
+    assert exact[7:] == [pytest.approx(1.0)] * 13
+    fixed = shares([4096] * 300, [100, 300] * 150)
+    assert fixed[7] == pytest.approx(200 / 4096)
+    assert fixed[-1] == pytest.approx(200 / 4096, rel=0.02)
+    over = shares([100] * 8, [150] * 8)  # generated beyond the budget sent: capped at 1
+    assert over[-1] == pytest.approx(1.0)
+
+
 def test_the_decode_slope_is_learned_from_the_pods_own_tpot():
     v = view(rec("a"))
     t = 100.0

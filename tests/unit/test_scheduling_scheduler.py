@@ -497,6 +497,41 @@ def test_the_decode_price_counts_only_the_context_beyond_the_fleets_mean_and_fre
     assert chosen(pods, free_multiple=8.0) == 0  # within 8 x the free context: the cache wins
 
 
+def test_the_decode_price_charges_the_share_of_max_tokens_the_answers_measured_use():
+    """The price charges max_tokens x the measured budget share decode steps: nothing until
+    the share is measured, all of them when clients send the answers' lengths, a fraction
+    under fixed large budgets (4096 tokens, answers ~200: the same steps as an exact 200)."""
+    from services.gateway.scheduling.plugins.cost_scorer import (
+        LatencyCostScorer,
+        _decode_excess_s,
+    )
+
+    k = 6e-8
+
+    def fleet(share):
+        return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, budget_share=share),
+                P(service=2.0, context=0, in_flight=0, decode_k=k, budget_share=share)]  # fmt: skip
+
+    def chosen(pods, request):
+        sc = LatencyCostScorer.create(decodeWeight=1.0)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    exact, budget = req(input_tokens=37_000, max_tokens=200), req(input_tokens=37_000,
+                                                                 max_tokens=4096)  # fmt: skip
+    excess = 2_000_000 + 37_000 - 1_000_000
+    unmeasured = cycle(fleet(None), budget).pods[0]
+    assert _decode_excess_s(budget, unmeasured, 1e6) == 0.0
+    assert chosen(fleet(None), budget) == 0  # no answers measured yet: the cache hit wins
+    full = cycle(fleet(1.0), exact).pods[0]
+    assert _decode_excess_s(exact, full, 1e6) == pytest.approx(k * 200 * excess)
+    share = 200 / 4096
+    part = cycle(fleet(share), budget).pods[0]
+    assert _decode_excess_s(budget, part, 1e6) == pytest.approx(k * 200 * excess)
+    assert chosen(fleet(1.0), exact) == chosen(fleet(share), budget) == 1  # 12.4 s > 2 s
+    assert chosen(fleet(1.0), budget) == 1
+
+
 def test_the_decode_slack_prices_only_a_pod_whose_tpot_runs_beyond_a_fraction_of_the_means():
     """decodeSlack s prices the context beyond the mean plus s x (free context + mean): the
     pod's TPOT more than s x the mean pod's. The same excess is priced on a fleet reading

@@ -46,7 +46,8 @@ ahead of it reports its time to first token (``on_first_token(id, now)``) as its
 And it measures each pod's TPOT: a request that finishes with the time and its output tokens
 (``on_finish(id, now, output_tokens)``) after a timed first token teaches the pod's EWMA
 (``Candidate.tpot_s``; the latency-cost-scorer's learned damage weight reads it, and the
-tokens it generated, ``Candidate.typical_output_tokens``, over all pods) and, against
+tokens it generated, ``Candidate.typical_output_tokens``, over all pods, and the share of
+their ``max_tokens`` those were, ``Candidate.budget_share``) and, against
 the pod's mean ``context_tokens`` over its decode, the decode slope of the pod's hardware
 class (:class:`~services.gateway.scheduling.cost_model.DecodeCostModel`:
 ``Candidate.decode_s_per_token`` and ``decode_free_tokens``; the latency-cost-scorer's
@@ -170,6 +171,10 @@ class Candidate:
     # EWMA of the tokens this gateway's finished requests generated (any pod and model;
     # None until _OUTPUT_WARM have finished): the answer length max_tokens only bounds
     typical_output_tokens: float | None = None
+    # mean share of their max_tokens that this gateway's finished requests generated (1 when
+    # clients send the answers' lengths, small under fixed large budgets; None until
+    # _SHARE_WARM have finished): max_tokens x this is a request's expected decode steps
+    budget_share: float | None = None
 
     @property
     def hardware_class(self) -> str | None:
@@ -214,6 +219,9 @@ class PodView:
         # taught it; published (typical_output_tokens) once _OUTPUT_WARM have finished
         self._output_mean: float | None = None
         self._outputs_seen = 0
+        # mean of min(1, output tokens / max_tokens) over finished requests (a running mean,
+        # then an EWMA of the same memory); published once _SHARE_WARM have finished
+        self._share_mean = 0.0
         # per hardware class: decode step time against the prompt tokens decoding beside it
         self.decode = ClassDecodeModels()
         self._records: dict[str, PodRecord] = {}
@@ -305,6 +313,9 @@ class PodView:
         lines: dict[str | None, tuple[float, float]] = {}  # decode line per class, once
         # the first requests to finish are the shortest answers: published after a warm-up
         output_tokens = self._output_mean if self._outputs_seen >= _OUTPUT_WARM else None
+        # ... but the share of the budgets they used is the same for short and long answers
+        # when budgets are the lengths, and biased low (no price) while budgets are not
+        share = self._share_mean if self._outputs_seen >= _SHARE_WARM else None
         for name in sorted(self._records):
             rec = self._records[name]
             if not rec.ready or model not in rec.models:
@@ -321,7 +332,7 @@ class PodView:
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
                     backlog, protected, self._tpot_s.get(name),
                     fl.context_tokens if fl else 0.0,
-                    *lines[hw], output_tokens,
+                    *lines[hw], output_tokens, share,
                 )
             )  # fmt: skip
         return out
@@ -463,6 +474,9 @@ class PodView:
             n, m = float(output_tokens), self._output_mean
             self._output_mean = n if m is None else m + _OUTPUT_ALPHA * (n - m)
             self._outputs_seen += 1
+            used = min(1.0, n / t.max_tokens) if t.max_tokens > 0 else 1.0
+            step = max(_OUTPUT_ALPHA, 1.0 / self._outputs_seen)
+            self._share_mean += step * (used - self._share_mean)
         if now is not None and output_tokens >= 2 and t.first_token_at is not None:
             tpot = max(0.0, now - t.first_token_at) / (output_tokens - 1)
             m = self._tpot_s.get(t.pod)
@@ -493,6 +507,7 @@ class PodView:
 _TPOT_ALPHA = 0.05  # EWMA step of the measured TPOT per pod (~20 requests)
 _OUTPUT_ALPHA = 0.01  # EWMA step of the finished requests' output tokens (~100 requests)
 _OUTPUT_WARM = 100  # finished requests before that EWMA is published (its memory)
+_SHARE_WARM = 8  # finished requests before the share of the budgets used is published
 # a cost model with fewer observations than this is cold (its prior still dominates): the
 # backlog share of requests it priced is re-priced at the model's current coefficients
 COLD_OBSERVATIONS = 8

@@ -27,7 +27,10 @@ pod whose decode batch reads more context than the fleet's (``k_i``: decode seco
 per context token on the pod's hardware class, learned by the pod view from measured TPOTs,
 an H100-class prior until then; ``ctx_i``: prompt tokens of this gateway's requests in flight
 there; ``mean ctx``: their mean over the candidate pods; ``L``: the request's prompt tokens;
-``m``: its ``max_tokens``; ``free_i``: the pod's free context ``e / k``, where attention reads
+``m``: its expected decode steps, ``max_tokens`` x the share of their ``max_tokens`` that
+finished requests generated (the pod view's ``budget_share``: 1 when clients send the
+answers' lengths, the answers over the budget when they send a fixed one; nothing is priced
+until 8 have finished); ``free_i``: the pod's free context ``e / k``, where attention reads
 take as long as the rest of a step)::
 
     cost_i  += decodeWeight x k_i x m x max(0, ctx_i + L - mean ctx - decodeFree x free_i
@@ -93,14 +96,17 @@ def _decode_excess_s(
     slack: float = 0.0,
 ) -> float:
     """Seconds of decode the request would lose on the pod to context beyond the fleet's: its
-    own ``max_tokens`` steps over the context there (its own prompt included) in excess of
-    the candidates' mean context plus ``free`` x the pod's free context plus ``slack`` x the
-    mean pod's TPOT in context tokens (free + mean; module docstring)."""
+    expected decode steps (``max_tokens`` x the share of their budgets finished requests
+    used; none until that is measured) over the context there (its own prompt included) in
+    excess of the candidates' mean context plus ``free`` x the pod's free context plus
+    ``slack`` x the mean pod's TPOT in context tokens (free + mean; module docstring)."""
     c = p.candidate
+    if not c.budget_share:
+        return 0.0
     excess = c.context_tokens + float(req.input_tokens) - mean_context
     excess -= free * c.decode_free_tokens
     excess -= slack * (c.decode_free_tokens + mean_context)
-    return c.decode_s_per_token * req.max_tokens * max(0.0, excess)
+    return c.decode_s_per_token * req.max_tokens * c.budget_share * max(0.0, excess)
 
 
 def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
@@ -149,6 +155,10 @@ class LatencyCostScorer(Scorer):
         Param("decodeSlack", float, 0.0, "With decodeWeight: price only the context beyond "
               "the fleet's mean plus this fraction of the mean pod's TPOT (in context "
               "tokens: the free context plus the mean)", lo=0.0, hi=1000.0),
+        Param("decodeRate", str, "fixed", "With decodeWeight: the decode seconds are priced "
+              "at decodeWeight (fixed) or at decodeWeight x the damage weight (damage: the "
+              "exchange rate of decode time against own TTFT the protected decodes get)",
+              choices=("fixed", "damage")),
         Param("shortlist", int, 0, "With latency: predicted, the predictions rank only the "
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
@@ -168,6 +178,7 @@ class LatencyCostScorer(Scorer):
         self.decode_w: float = params["decodeWeight"]
         self.decode_free: float = params["decodeFree"]
         self.decode_slack: float = params["decodeSlack"]
+        self.decode_at_damage: bool = params["decodeRate"] == "damage"
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         # its answer length: the EWMA of max_tokens (_budget_tokens), or the pod view's
@@ -264,10 +275,10 @@ class LatencyCostScorer(Scorer):
             ]
         if self.decode_w > 0.0:
             mean_context = sum(p.candidate.context_tokens for p in pods) / len(pods)
+            rate = self.decode_w * (w if self.decode_at_damage else 1.0)
             costs = [
                 c
-                + self.decode_w
-                * _decode_excess_s(req, p, mean_context, self.decode_free, self.decode_slack)
+                + rate * _decode_excess_s(req, p, mean_context, self.decode_free, self.decode_slack)
                 for c, p in zip(costs, pods, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
