@@ -532,6 +532,31 @@ def test_the_decode_price_charges_the_share_of_max_tokens_the_answers_measured_u
     assert chosen(fleet(1.0), budget) == 1
 
 
+def test_decode_confirm_prices_only_pods_whose_measured_tpot_also_runs_above_the_mean():
+    """With decodeConfirm the context excess is priced only on a pod whose measured TPOT runs
+    more than decodeSlack above the pods' mean measured TPOT; not on one whose TPOT is like
+    the others' (a passing pile of context), nor before any TPOT is measured."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    k = 6e-8
+    request = req(input_tokens=37_000, max_tokens=200)
+
+    def fleet(tpots):
+        return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, tpot_s=tpots[0]),
+                P(service=2.0, context=0, in_flight=0, decode_k=k, tpot_s=tpots[1])]  # fmt: skip
+
+    def chosen(pods, confirm):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, decodeSlack=0.25, decodeConfirm=confirm)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    assert chosen(fleet((0.02, 0.02)), False) == 1  # priced on the context alone: moved
+    assert chosen(fleet((0.02, 0.02)), True) == 0  # measured alike: the cache hit wins
+    assert chosen(fleet((None, None)), True) == 0  # nothing measured: nothing priced
+    assert chosen(fleet((0.05, 0.02)), True) == 1  # 0.05 > 1.25 x 0.035: priced, moved
+    assert chosen(fleet((0.04, 0.03)), True) == 0  # 0.04 < 1.25 x 0.035: within the slack
+
+
 def test_the_decode_slack_prices_only_a_pod_whose_tpot_runs_beyond_a_fraction_of_the_means():
     """decodeSlack s prices the context beyond the mean plus s x (free context + mean): the
     pod's TPOT more than s x the mean pod's. The same excess is priced on a fleet reading

@@ -159,6 +159,9 @@ class LatencyCostScorer(Scorer):
               "at decodeWeight (fixed) or at decodeWeight x the damage weight (damage: the "
               "exchange rate of decode time against own TTFT the protected decodes get)",
               choices=("fixed", "damage")),
+        Param("decodeConfirm", bool, False, "With decodeWeight: price only pods whose "
+              "measured TPOT (EWMA of finished requests) also runs more than decodeSlack above "
+              "the mean measured TPOT of the pods (a lasting imbalance, not a passing one)"),
         Param("shortlist", int, 0, "With latency: predicted, the predictions rank only the "
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
@@ -179,6 +182,7 @@ class LatencyCostScorer(Scorer):
         self.decode_free: float = params["decodeFree"]
         self.decode_slack: float = params["decodeSlack"]
         self.decode_at_damage: bool = params["decodeRate"] == "damage"
+        self.decode_confirm: bool = params["decodeConfirm"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         # its answer length: the EWMA of max_tokens (_budget_tokens), or the pod view's
@@ -247,6 +251,15 @@ class LatencyCostScorer(Scorer):
             return [1.0] * len(pods)
         return [(hi - c) / (hi - lo) for c in costs]
 
+    def _confirmed(self, pods: list[PodState]) -> list[bool]:
+        """Pods whose measured TPOT runs more than decodeSlack above the mean measured TPOT
+        of the pods that have one (none without measurements)."""
+        tpots = [p.candidate.tpot_s for p in pods if p.candidate.tpot_s]
+        if not tpots:
+            return [False] * len(pods)
+        bar = (1.0 + self.decode_slack) * sum(tpots) / len(tpots)
+        return [bool(p.candidate.tpot_s and p.candidate.tpot_s > bar) for p in pods]
+
     def _costs(
         self, cycle: CycleState, pods: list[PodState], own: list[float], w: float
     ) -> list[float]:
@@ -276,10 +289,13 @@ class LatencyCostScorer(Scorer):
         if self.decode_w > 0.0:
             mean_context = sum(p.candidate.context_tokens for p in pods) / len(pods)
             rate = self.decode_w * (w if self.decode_at_damage else 1.0)
+            priced = self._confirmed(pods) if self.decode_confirm else [True] * len(pods)
             costs = [
                 c
                 + rate * _decode_excess_s(req, p, mean_context, self.decode_free, self.decode_slack)
-                for c, p in zip(costs, pods, strict=True)
+                if ok
+                else c
+                for c, p, ok in zip(costs, pods, priced, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
         return costs
