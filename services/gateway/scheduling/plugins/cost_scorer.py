@@ -50,10 +50,15 @@ others decoding beside it is not priced: measured, that term moved long prompts 
 holding their cache on every long-prompt workload and cost TTFT, TPOT and E2E there
 (docs/benchmarks.md "Session 20"). Off in the shipped profiles (``decodeWeight`` 0;
 `headroom` sets ``decodeSlack`` 0.25 so that ``decodeWeight: 1`` turns on the measured form):
-chosen on `train`, it passed its rule on `holdout2`, but it charges ``max_tokens`` decode
-steps, and with clients that send a fixed large budget (4096) it made `train` far worse
-(rag-a TTFT p90 up to 6x); on `validation` it quadrupled rag-b@0.8's TTFT p90
-(docs/benchmarks.md "Session 21").
+chosen on `train`, it passed its rule on `holdout2`, but charging ``max_tokens`` steps it
+made `train` far worse with clients that send a fixed large budget (4096) and quadrupled
+rag-b@0.8's TTFT p90 on `validation` (docs/benchmarks.md "Session 21"). With the measured
+share of the budgets (session 22) fixed budgets no longer hurt, but with exact ones it costs
+long-document RAG TTFT p90 (+36-41% on rag-a): one request sent to start a cold copy of a
+document draws the next requests for it to queue behind that prefill (docs/benchmarks.md
+"Session 22"). ``decodeRate: damage`` prices the decode seconds at ``decodeWeight`` x the
+damage weight; ``decodeConfirm`` prices a pod only while its measured TPOT (``tpot_s``) also
+runs ``decodeSlack`` above the pods' mean; neither passed its rule either.
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
