@@ -474,6 +474,18 @@ def run_summary_cli(argv: list[str]) -> int:
     return 0
 
 
+def _versus_dir(arg: str) -> tuple[Path, set[str] | None]:
+    """``DIR`` or ``DIR:POLICY[,POLICY...]`` (an existing directory named with a colon is
+    taken whole)."""
+    head, sep, tail = arg.rpartition(":")
+    if not sep or Path(arg).is_dir() or not head:
+        return Path(arg), None
+    only = {x.strip() for x in tail.split(",") if x.strip()}
+    if not only:
+        raise ValueError(f"{arg}: no policy after the colon")
+    return Path(head), only
+
+
 def run_versus_cli(argv: list[str]) -> int:
     """``headroom lab versus DIR [DIR ...] --reference POLICY``: the runs of several suite
     directories (the same suite and seed: baselines in one, candidates in others) merged, and
@@ -492,7 +504,9 @@ def run_versus_cli(argv: list[str]) -> int:
         "done-means 1, geometric means of TTFT p90 / p99, TPOT p90 and E2E p90 over the "
         "reference's, and the mean SLO attainment difference.",
     )
-    p.add_argument("dirs", nargs="+", help="--out directories of `headroom lab compare --suite`")
+    p.add_argument("dirs", nargs="+", help="--out directories of `headroom lab compare --suite`; "
+                   "DIR:POLICY[,POLICY...] takes only those policies' runs from DIR (e.g. the "
+                   "baselines of a run whose other policies another directory replaces)")  # fmt: skip
     p.add_argument("--reference", default="headroom", help="the profile to compare against")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
@@ -501,8 +515,11 @@ def run_versus_cli(argv: list[str]) -> int:
         floors: dict[str, dict] = {}
         seen: dict[tuple, Path] = {}
         rates: dict[tuple, tuple[float, Path]] = {}
-        for d in map(Path, args.dirs):
+        for arg in args.dirs:
+            d, only = _versus_dir(arg)
             for r in read_results(d):
+                if only is not None and r["policy"] not in only:
+                    continue
                 key = (r["workload"], r["load"], r["policy"], bool(r.get("slo_headers")))
                 if seen.setdefault(key, d) != d:
                     raise ValueError(f"{key[2]} ran {key[0]} at load {key[1]:g} in both "

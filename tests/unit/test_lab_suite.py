@@ -635,6 +635,14 @@ def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_
     (tmp_path / "again" / "results.json").write_text(json.dumps(ship))
     assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "again")]) == 2
     assert "give each policy one directory" in capsys.readouterr().err
+    # ... unless DIR:POLICIES takes only the baselines from the first (the shipped profile from
+    # the other, e.g. a run with other client budgets)
+    baselines = ",".join(sorted({r["policy"] for r in base}))
+    assert cli(["lab", "versus", f"{tmp_path / 'base'}:{baselines}", str(tmp_path / "again"),
+                str(tmp_path / "cand"), "--json"]) == 0  # fmt: skip
+    again = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert again["cand"] == rows["cand"]
+    assert cli(["lab", "versus", f"{tmp_path / 'base'}:", str(tmp_path / "cand")]) == 2
     assert cli(["lab", "versus", str(tmp_path / "nowhere")]) == 2
     # runs of the same cell at other rates (a suite prepared with another first seed): refused
     (tmp_path / "other").mkdir()
