@@ -532,6 +532,23 @@ def test_the_decode_price_charges_the_share_of_max_tokens_the_answers_measured_u
     assert chosen(fleet(1.0), budget) == 1
 
 
+def test_shipped_headroom_prices_the_decode_once_the_answers_share_is_measured():
+    """The shipped `headroom` (decodeWeight 0.5, decodeSlack 0.25, session 22) moves a cached
+    request off a pod whose decode batch reads far more context than the others', once the
+    share of their budgets the answers use is measured; before that, and when the answers
+    use little of large budgets, the cache hit wins as unpriced."""
+    k = 6e-8
+
+    def fleet(share):
+        return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, budget_share=share),
+                P(service=2.0, context=0, in_flight=0, decode_k=k, budget_share=share)]  # fmt: skip
+
+    request = req(input_tokens=37_000, max_tokens=400)
+    assert run("headroom", fleet(1.0), request).chosen == 1  # 0.5 x 18.9 s of decode > 2 s
+    assert run("headroom", fleet(None), request).chosen == 0  # nothing measured yet
+    assert run("headroom", fleet(0.05), request).chosen == 0  # 20 steps: 0.5 x 0.94 s < 2 s
+
+
 def test_decode_confirm_prices_only_pods_whose_measured_tpot_also_runs_above_the_mean():
     """With decodeConfirm the context excess is priced only on a pod whose measured TPOT runs
     more than decodeSlack above the pods' mean measured TPOT; not on one whose TPOT is like

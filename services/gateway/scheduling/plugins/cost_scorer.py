@@ -48,17 +48,17 @@ TTFT) until their decode batches ran several times slower than the other pods' (
 lab's rag-hot-a: TPOT p90 2x the best baseline's). The delay a request's context adds to the
 others decoding beside it is not priced: measured, that term moved long prompts off the pods
 holding their cache on every long-prompt workload and cost TTFT, TPOT and E2E there
-(docs/benchmarks.md "Session 20"). Off in the shipped profiles (``decodeWeight`` 0;
-`headroom` sets ``decodeSlack`` 0.25 so that ``decodeWeight: 1`` turns on the measured form):
-chosen on `train`, it passed its rule on `holdout2`, but charging ``max_tokens`` steps it
-made `train` far worse with clients that send a fixed large budget (4096) and quadrupled
-rag-b@0.8's TTFT p90 on `validation` (docs/benchmarks.md "Session 21"). With the measured
-share of the budgets (session 22) fixed budgets no longer hurt, but with exact ones it costs
-long-document RAG TTFT p90 (+36-41% on rag-a): one request sent to start a cold copy of a
-document draws the next requests for it to queue behind that prefill (docs/benchmarks.md
-"Session 22"). ``decodeRate: damage`` prices the decode seconds at ``decodeWeight`` x the
-damage weight; ``decodeConfirm`` prices a pod only while its measured TPOT (``tpot_s``) also
-runs ``decodeSlack`` above the pods' mean; neither passed its rule either.
+(docs/benchmarks.md "Session 20"). `headroom` ships ``decodeWeight`` 0.5 and ``decodeSlack``
+0.25 (session 22): charging ``max_tokens`` steps (session 21) made `train` far worse with
+clients that send a fixed large budget (4096); with the measured share fixed budgets no
+longer hurt, and at weight 1 the price cost long-document RAG TTFT p90 (+36-41% on rag-a: one
+request sent to start a cold copy of a document draws the next requests for it to queue
+behind that prefill, while the pile they avoid drains during their decode). Half the weight
+passed its rules on `train` and on the fresh `holdout3`; it still trades rag-a's TTFT p90
+(+21-56%) for the hot documents' TPOT and E2E (docs/benchmarks.md "Session 22").
+``decodeRate: damage`` prices the decode seconds at ``decodeWeight`` x the damage weight;
+``decodeConfirm`` prices a pod only while its measured TPOT (``tpot_s``) also runs
+``decodeSlack`` above the pods' mean; neither passed its rule (both off).
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
