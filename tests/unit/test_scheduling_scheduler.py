@@ -497,6 +497,16 @@ def test_the_decode_price_counts_only_the_context_beyond_the_fleets_mean_and_fre
     assert chosen(pods, free_multiple=8.0) == 0  # within 8 x the free context: the cache wins
 
 
+def crowded(share: float | None = 1.0, tpots=(None, None)) -> list[P]:
+    """A cached pod whose decode batch reads 2M context tokens (60 decoding) beside an empty
+    one where the request would be a cold 2 s prefill (the decode-price tests' fleet)."""
+    k = 6e-8
+    return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, budget_share=share,
+              tpot_s=tpots[0]),
+            P(service=2.0, context=0, in_flight=0, decode_k=k, budget_share=share,
+              tpot_s=tpots[1])]  # fmt: skip
+
+
 def test_the_decode_price_charges_the_share_of_max_tokens_the_answers_measured_use():
     """The price charges max_tokens x the measured budget share decode steps: nothing until
     the share is measured, all of them when clients send the answers' lengths, a fraction
@@ -506,11 +516,7 @@ def test_the_decode_price_charges_the_share_of_max_tokens_the_answers_measured_u
         _decode_excess_s,
     )
 
-    k = 6e-8
-
-    def fleet(share):
-        return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, budget_share=share),
-                P(service=2.0, context=0, in_flight=0, decode_k=k, budget_share=share)]  # fmt: skip
+    k, fleet = 6e-8, crowded
 
     def chosen(pods, request):
         sc = LatencyCostScorer.create(decodeWeight=1.0)
@@ -537,12 +543,7 @@ def test_shipped_headroom_prices_the_decode_once_the_answers_share_is_measured()
     request off a pod whose decode batch reads far more context than the others', once the
     share of their budgets the answers use is measured; before that, and when the answers
     use little of large budgets, the cache hit wins as unpriced."""
-    k = 6e-8
-
-    def fleet(share):
-        return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, budget_share=share),
-                P(service=2.0, context=0, in_flight=0, decode_k=k, budget_share=share)]  # fmt: skip
-
+    fleet = crowded
     request = req(input_tokens=37_000, max_tokens=400)
     assert run("headroom", fleet(1.0), request).chosen == 1  # 0.5 x 18.9 s of decode > 2 s
     assert run("headroom", fleet(None), request).chosen == 0  # nothing measured yet
@@ -555,12 +556,10 @@ def test_decode_confirm_prices_only_pods_whose_measured_tpot_also_runs_above_the
     the others' (a passing pile of context), nor before any TPOT is measured."""
     from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 
-    k = 6e-8
     request = req(input_tokens=37_000, max_tokens=200)
 
     def fleet(tpots):
-        return [P(service=0.05, context=2_000_000, in_flight=60, decode_k=k, tpot_s=tpots[0]),
-                P(service=2.0, context=0, in_flight=0, decode_k=k, tpot_s=tpots[1])]  # fmt: skip
+        return crowded(tpots=tpots)
 
     def chosen(pods, confirm):
         sc = LatencyCostScorer.create(decodeWeight=1.0, decodeSlack=0.25, decodeConfirm=confirm)
