@@ -98,28 +98,36 @@ async def test_trainer_consumes_validates_fits_publishes_and_announces(isolated)
         assert await svc.fit_now() is None
         assert await svc.fit_now(force=True) is None
         assert svc.last_result.reason == "too_few_unseen_samples"
-        # 200 new samples: enough that a candidate trained on 260 beats v1 (trained on 60) on
-        # the holdout drawn from them beyond noise, at any point loss
+        # 200 new samples: a candidate trained on them beats v1 (trained on 60) on the holdout
+        # drawn from them beyond noise, at any point loss. The trainer cycles every 10 new
+        # samples (min_new_samples), so it may fit while they still arrive (seen on a loaded
+        # machine): wait until all are in the window and no cycle is due or running, then
+        # judge the newest promotion
         await publish_samples(js, names, make_samples(200, seed=6, prefix="n"))
-        await eventually(lambda: svc.last_version == "v2")
-        await eventually(lambda: len(announced) == 2)
-        assert announced[1].version == "v2"
-        meta2 = (await load_version(r, names, "v2")).meta
-        assert (
-            meta2.evaluation["compared_with"] == "v1" and meta2.evaluation["reason"] == "not_worse"
-        )
+        await eventually(lambda: len(svc.window) == 260)
+        await eventually(lambda: svc.new_samples() < 10 and not svc._fit_lock.locked())
+        latest = svc.last_version
+        assert latest not in (None, "v1")
+        await eventually(lambda: announced[-1].version == latest)
+        history = await read_history(r, names)  # newest first
+        promoted = [h for h in history if h["action"] == "promote"]
+        assert {h["action"] for h in history} <= {"promote", "reject"}
+        assert promoted[0]["version"] == latest and promoted[-1]["version"] == "v1"
+        assert [a.version for a in announced] == [h["version"] for h in reversed(promoted)]
+        meta2 = (await load_version(r, names, latest)).meta
+        assert meta2.evaluation["compared_with"] == promoted[1]["version"]
+        assert meta2.evaluation["reason"] == "not_worse"
         assert meta2.evaluation["current"]["ttft"]["n"] == meta2.metrics["ttft"]["n"]
-        history = await read_history(r, names)
-        assert [h["action"] for h in history] == ["promote", "promote"]
-        assert history[0]["version"] == "v2" and history[0]["current"] == "v1"
+        assert promoted[0]["current"] == promoted[1]["version"]
 
         async with aiohttp.ClientSession() as http:
             base = f"http://127.0.0.1:{svc.admin_port}"
             async with http.get(f"{base}/health") as resp:
                 assert resp.status == 200
                 body = await resp.json()
-                assert body["ready"] and body["window"] == 260 and body["model_version"] == "v2"
-                assert body["last_decision"]["decision"] == "promote"
+                assert body["ready"] and body["window"] == 260
+                assert body["model_version"] == latest
+                assert body["last_decision"]["decision"] in ("promote", "reject")
             async with http.get(f"{base}/metrics") as resp:
                 text = await resp.text()
                 assert 'headroom_trainer_samples_rejected_total{reason="nan"} 1.0' in text
