@@ -250,6 +250,47 @@ HOLDOUT3: tuple = (
     ), rate_rps=5.0), seed=5107, requests=1000),
 )  # fmt: skip
 
+# a fourth fresh set (session 23), committed before the candidate it judges ran (the decode
+# price that lets the context in flight drain): holdout3 was read for the shipped price.
+# Long-document RAG is weighted in (the price's stated cost), beside chat, multi-turn,
+# agentic, code, bursts and a mix; read once per candidate and never tuned on.
+HOLDOUT4: tuple = (
+    WorkloadSpec("rag-f", Rag(
+        documents=6, document=LogNormal(35_000, 90_000, 12_000, 130_000), zipf=1.0,
+        docs_per_request=1, system_tokens=640, question=LogNormal(70, 240, 10, 550),
+        output=LogNormal(140, 380, 20, 650), arrival=Arrival("poisson", 1.7)),
+        seed=6101, requests=500, note="long documents, a few hot"),
+    WorkloadSpec("rag-hot-f", Rag(
+        documents=5, document=LogNormal(16_000, 42_000, 5_000, 52_000), zipf=0.65,
+        docs_per_request=1, system_tokens=896, question=LogNormal(50, 180, 5, 450),
+        output=LogNormal(180, 480, 20, 800), arrival=Arrival("gamma", 1.0, cv=1.4)),
+        seed=6102, requests=500, note="five hot documents"),
+    WorkloadSpec("chat-f", Chat(
+        prompt=LogNormal(900, 2400, 300, 3000), output=LogNormal(220, 520, 50, 800),
+        arrival=Arrival("poisson", 18.0)), seed=6103, requests=1000),
+    WorkloadSpec("multiturn-f", MultiTurn(
+        system_prompts=5, system_tokens=768, turns=5.0, first=LogNormal(450, 1400, 50, 3500),
+        message=LogNormal(130, 480, 10, 1800), output=LogNormal(240, 600, 20, 1000),
+        think_s=18.0, max_context=32768, arrival=Arrival("onoff", 1.4, on_s=10.0, off_s=6.0)),
+        seed=6104, requests=1000, note="multi-turn sessions starting in on/off bursts"),
+    WorkloadSpec("agentic-f", Agentic(
+        agents=4, system_tokens=2560, calls=5.0, call_gap_s=0.35,
+        step=LogNormal(250, 1000, 10, 4500), carry=True, output=LogNormal(80, 240, 5, 550),
+        max_context=32768, arrival=Arrival("poisson", 0.85)), seed=6105, requests=1000),
+    WorkloadSpec("code-f", Code(
+        repos=9, zipf=1.1, prompt=LogNormal(3500, 8500, 600, 13_000), share_prob=0.65,
+        shared_fraction=0.55, output=LogNormal(18, 55, 1, 110), arrival=Arrival("poisson", 17.0)),
+        seed=6106, requests=1000),
+    WorkloadSpec("mix-f", Mix(parts=(
+        (0.3, Rag(documents=5, document=LogNormal(30_000, 80_000, 10_000, 110_000), zipf=1.0,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                  output=LogNormal(120, 350, 20, 600))),
+        (0.4, Chat(prompt=LogNormal(600, 1700, 300, 3000), output=LogNormal(220, 520, 50, 800))),
+        (0.3, Code(repos=5, zipf=0.9, prompt=LogNormal(2500, 7500, 500, 12_000),
+                   share_prob=0.7, shared_fraction=0.6, output=LogNormal(15, 50, 1, 128))),
+    ), rate_rps=7.0), seed=6107, requests=1000),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -262,6 +303,7 @@ SUITES: dict[str, tuple] = {
     "holdout": HOLDOUT,
     "holdout2": HOLDOUT2,
     "holdout3": HOLDOUT3,
+    "holdout4": HOLDOUT4,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

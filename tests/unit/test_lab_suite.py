@@ -12,7 +12,16 @@ import pytest
 
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
-from bench.lab.suite import HOLDOUT, HOLDOUT2, HOLDOUT3, SMOKE, TRAIN, VALIDATION, suite
+from bench.lab.suite import (
+    HOLDOUT,
+    HOLDOUT2,
+    HOLDOUT3,
+    HOLDOUT4,
+    SMOKE,
+    TRAIN,
+    VALIDATION,
+    suite,
+)
 from bench.lab.suite_run import (
     SLO_BLIND,
     idle_latency_ms,
@@ -113,6 +122,15 @@ def test_holdout3_is_disjoint_from_every_earlier_set():
     assert {e.family for e in HOLDOUT3} == {"multiturn", "rag", "code", "agentic", "mix"}
     assert any(getattr(e.params, "docs_per_request", 1) == 2 for e in fresh)
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
+
+
+def test_holdout4_is_disjoint_from_every_earlier_set():
+    """The fourth holdout set (session 23) shares no seed, name or parameter set with any
+    earlier set and covers every generated kind of traffic, long-document RAG and bursts."""
+    fresh = assert_disjoint(HOLDOUT4, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3)
+    assert {e.family for e in HOLDOUT4} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
+    assert any(e.params.document.median >= 30_000 for e in fresh if e.family == "rag")
 
 
 def test_each_split_covers_every_kind_of_traffic():
