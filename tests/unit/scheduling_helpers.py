@@ -33,13 +33,15 @@ class P:
     decode_k: float = 0.0  # decode seconds per step per context token (learned)
     decode_free: float = 0.0  # the context where attention takes as long as the rest
     budget_share: float | None = 1.0  # measured share of max_tokens the answers used
+    left: tuple[tuple[float, float], ...] = ()  # (context, decode steps left) per request
 
 
 def rows_of(pods: list[P], input_tokens: int = 100) -> CandidateRows:
     cands = [
         Candidate(f"pod-{i}", f"http://pod-{i}", PodLoad(p.waiting, p.running, p.kv), False,
                   None, p.in_flight, p.tpot_slo, p.backlog, p.protected, p.tpot_s, p.context,
-                  p.decode_k, p.decode_free, None, p.budget_share)
+                  p.decode_k, p.decode_free, None, p.budget_share,
+                  (lambda left=p.left: left))
         for i, p in enumerate(pods)
     ]  # fmt: skip
     scores = [p.prefix for p in pods]

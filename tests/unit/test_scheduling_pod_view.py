@@ -444,3 +444,32 @@ def test_the_decode_slope_is_learned_from_the_pods_own_tpot():
     a = v.candidates(MODEL, t)[0]
     assert a.decode_s_per_token == pytest.approx(9e-8, rel=0.05)
     assert a.decode_free_tokens == pytest.approx(0.01 / 9e-8, rel=0.1)
+
+
+def test_each_request_in_flight_has_its_context_and_expected_decode_steps_left():
+    """decode_left: (context, steps left) per request in flight, once the budgets' share is
+    measured: a queued request has max_tokens x share steps ahead, a decoding one that less
+    the steps its pod's measured TPOT made since its first token (never below 0)."""
+    v = view(rec("a"), rec("b"))
+    t = 1.0
+    assert v.candidates(MODEL, t)[0].decode_left == ()
+    for i in range(8):  # answers use half their budgets; pod a decodes at 10 ms per token
+        rid = f"r{i}"
+        v.on_dispatch(rid, "a", 500, 200, t)
+        v.on_first_token(rid, t + 0.05)
+        v.on_finish(rid, t + 0.05 + 0.99, output_tokens=100)
+        t += 2.0
+    v.on_dispatch("queued", "a", 1_000, 400, t, cached_tokens=3_000)
+    v.on_dispatch("decoding", "a", 2_000, 400, t)
+    v.on_first_token("decoding", t + 0.1)
+    v.on_dispatch("long-done", "a", 500, 400, t)
+    v.on_first_token("long-done", t + 0.1)
+    a = v.candidates(MODEL, t + 0.6)[0]
+    assert a.budget_share == pytest.approx(0.5)
+    assert dict(zip(("queued", "decoding", "long-done"), a.decode_left, strict=True)) == {
+        "queued": (4_000, pytest.approx(200.0)),
+        "decoding": (2_000, pytest.approx(150.0)),  # 0.5 s at 10 ms: 50 of 200 made
+        "long-done": (500, pytest.approx(150.0)),
+    }
+    assert v.candidates(MODEL, t + 10.0)[0].decode_left[1] == (2_000, 0.0)  # past its share
+    assert v.candidates(MODEL, t)[1].decode_left == ()  # pod b: nothing in flight

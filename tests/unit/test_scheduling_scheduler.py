@@ -573,6 +573,37 @@ def test_decode_confirm_prices_only_pods_whose_measured_tpot_also_runs_above_the
     assert chosen(fleet((0.04, 0.03)), True) == 0  # 0.04 < 1.25 x 0.035: within the slack
 
 
+def test_decode_drain_prices_only_the_context_still_decoding_beside_the_request():
+    """With decodeDrain each request in flight counts its context for the share of the new
+    request's decode steps it is expected to still decode: a pod whose 60 long contexts are
+    10 steps from done holds little of them over a 200-step answer (the cache hit wins), one
+    whose contexts decode on for 400 steps holds all of it (moved, as without the drain)."""
+    from services.gateway.scheduling.plugins.cost_scorer import (
+        LatencyCostScorer,
+        _shared_context,
+    )
+
+    request = req(input_tokens=37_000, max_tokens=200)
+
+    def fleet(steps_left):
+        pods = crowded()
+        pods[0].left = tuple((2_000_000 / 60, steps_left) for _ in range(60))
+        return pods
+
+    def chosen(pods, drain):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, decodeDrain=drain)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    ending, lasting = fleet(10.0), fleet(400.0)
+    assert _shared_context(cycle(ending, request).pods[0], 200.0) == pytest.approx(100_000)
+    assert _shared_context(cycle(lasting, request).pods[0], 200.0) == pytest.approx(2_000_000)
+    assert _shared_context(cycle(ending, request).pods[1], 200.0) == 0.0  # nothing in flight
+    assert chosen(ending, False) == 1  # the pod's context in flight, priced for 200 steps
+    assert chosen(ending, True) == 0  # 0.05 + 200 k (100k + 37k - 50k) = 1.09 s < 2 s
+    assert chosen(lasting, True) == 1  # still decoding through the answer: moved
+
+
 def test_the_decode_slack_prices_only_a_pod_whose_tpot_runs_beyond_a_fraction_of_the_means():
     """decodeSlack s prices the context beyond the mean plus s x (free context + mean): the
     pod's TPOT more than s x the mean pod's. The same excess is priced on a fleet reading

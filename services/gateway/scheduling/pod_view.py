@@ -69,6 +69,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from services.gateway.scheduling.cost_model import (
     ClassCostModels,
@@ -175,6 +176,17 @@ class Candidate:
     # clients send the answers' lengths, small under fixed large budgets; None until
     # _SHARE_WARM have finished): max_tokens x this is a request's expected decode steps
     budget_share: float | None = None
+    # computes decode_left (below) when a scorer reads it: most profiles never do
+    decode_left_of: Callable[[], tuple[tuple[float, float], ...]] | None = None
+
+    @property
+    def decode_left(self) -> tuple[tuple[float, float], ...]:
+        """(context tokens, expected decode steps left) of each of this gateway's requests
+        in flight there, once budget_share is measured: a queued one has max_tokens x share
+        steps ahead, a decoding one that less the steps the pod's measured TPOT has made
+        since its first token (the context a request placed now would share over its
+        decode). Read within the scheduling decision the candidate was made for."""
+        return self.decode_left_of() if self.decode_left_of is not None else ()
 
     @property
     def hardware_class(self) -> str | None:
@@ -326,13 +338,14 @@ class PodView:
             hw = rec.hardware_class
             if hw not in lines:
                 lines[hw] = self.decode.for_class(hw).line()
+            left = partial(_decode_left, fl, share, self._tpot_s.get(name), now) if fl else None
             out.append(
                 Candidate(
                     name, rec.url, load, self.is_stale(rec, now), rec,
                     fl.requests if fl else 0, fl.tightest_tpot_slo() if fl else None,
                     backlog, protected, self._tpot_s.get(name),
                     fl.context_tokens if fl else 0.0,
-                    *lines[hw], output_tokens, share,
+                    *lines[hw], output_tokens, share, left,
                 )
             )  # fmt: skip
         return out
@@ -511,6 +524,22 @@ _SHARE_WARM = 8  # finished requests before the share of the budgets used is pub
 # a cost model with fewer observations than this is cold (its prior still dominates): the
 # backlog share of requests it priced is re-priced at the model's current coefficients
 COLD_OBSERVATIONS = 8
+
+
+def _decode_left(
+    fl: _InFlight, share: float | None, tpot_s: float | None, now: float
+) -> tuple[tuple[float, float], ...]:
+    """(context tokens, expected decode steps left) per ticket (``Candidate.decode_left``);
+    nothing before the budgets' share is measured."""
+    if share is None:
+        return ()
+    out = []
+    for t in fl.tickets.values():
+        steps = t.max_tokens * share
+        if t.first_token_at is not None and tpot_s:
+            steps = max(0.0, steps - (now - t.first_token_at) / tpot_s)
+        out.append((t.context_tokens, steps))
+    return tuple(out)
 
 
 def _clamp(x: float) -> float:

@@ -58,7 +58,11 @@ passed its rules on `train` and on the fresh `holdout3`; it still trades rag-a's
 (+21-56%) for the hot documents' TPOT and E2E (docs/benchmarks.md "Session 22").
 ``decodeRate: damage`` prices the decode seconds at ``decodeWeight`` x the damage weight;
 ``decodeConfirm`` prices a pod only while its measured TPOT (``tpot_s``) also runs
-``decodeSlack`` above the pods' mean; neither passed its rule (both off).
+``decodeSlack`` above the pods' mean; neither passed its rule (both off). ``decodeDrain``
+counts each request in flight only for the share of the request's steps it is expected to
+still decode (``Candidate.decode_left``): it cut rag-a@1.2's TTFT p90 by 36% but failed its
+rule (session 23), because the pods holding hot documents keep receiving requests, so their
+context does not drain (rag-hot-a TPOT p90 +75-78% at loads 0.8 / 1.2): off.
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
@@ -93,22 +97,35 @@ def _estimated_s(p: PodState) -> float:
     return p.candidate.backlog_s + p.service_s
 
 
+def _shared_context(p: PodState, steps: float) -> float:
+    """The context the pod's requests in flight hold on average over ``steps`` decode steps
+    of a request placed now: each counts for the share of them it is expected to still
+    decode (``Candidate.decode_left``; all of it while that is unmeasured)."""
+    left = p.candidate.decode_left
+    if not left or steps <= 0.0:
+        return p.candidate.context_tokens
+    return sum(c * (1.0 if r >= steps else r / steps) for c, r in left)
+
+
 def _decode_excess_s(
     req: SchedulingRequest,
     p: PodState,
     mean_context: float,
     free: float = 0.0,
     slack: float = 0.0,
+    context: float | None = None,
 ) -> float:
     """Seconds of decode the request would lose on the pod to context beyond the fleet's: its
     expected decode steps (``max_tokens`` x the share of their budgets finished requests
-    used; none until that is measured) over the context there (its own prompt included) in
-    excess of the candidates' mean context plus ``free`` x the pod's free context plus
-    ``slack`` x the mean pod's TPOT in context tokens (free + mean; module docstring)."""
+    used; none until that is measured) over the context there (its own prompt included; the
+    pod's ``context``, when given, else its context in flight) in excess of the candidates'
+    mean context plus ``free`` x the pod's free context plus ``slack`` x the mean pod's TPOT
+    in context tokens (free + mean; module docstring)."""
     c = p.candidate
     if not c.budget_share:
         return 0.0
-    excess = c.context_tokens + float(req.input_tokens) - mean_context
+    held = c.context_tokens if context is None else context
+    excess = held + float(req.input_tokens) - mean_context
     excess -= free * c.decode_free_tokens
     excess -= slack * (c.decode_free_tokens + mean_context)
     return c.decode_s_per_token * req.max_tokens * c.budget_share * max(0.0, excess)
@@ -167,6 +184,10 @@ class LatencyCostScorer(Scorer):
         Param("decodeConfirm", bool, False, "With decodeWeight: price only pods whose "
               "measured TPOT (EWMA of finished requests) also runs more than decodeSlack above "
               "the mean measured TPOT of the pods (a lasting imbalance, not a passing one)"),
+        Param("decodeDrain", bool, False, "With decodeWeight: a request in flight counts "
+              "its context only for the share of the new request's decode steps it is "
+              "expected to still decode (the context drains as they finish), on every pod "
+              "and in the mean"),
         Param("shortlist", int, 0, "With latency: predicted, the predictions rank only the "
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
@@ -188,6 +209,7 @@ class LatencyCostScorer(Scorer):
         self.decode_slack: float = params["decodeSlack"]
         self.decode_at_damage: bool = params["decodeRate"] == "damage"
         self.decode_confirm: bool = params["decodeConfirm"]
+        self.decode_drain: bool = params["decodeDrain"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         # its answer length: the EWMA of max_tokens (_budget_tokens), or the pod view's
@@ -292,15 +314,24 @@ class LatencyCostScorer(Scorer):
                 for p, o in zip(pods, own, strict=True)
             ]
         if self.decode_w > 0.0:
-            mean_context = sum(p.candidate.context_tokens for p in pods) / len(pods)
+            share = pods[0].candidate.budget_share
+            if self.decode_drain and share:
+                steps = req.max_tokens * share
+                held = [_shared_context(p, steps) for p in pods]
+            else:
+                held = [p.candidate.context_tokens for p in pods]
+            mean_context = sum(held) / len(pods)
             rate = self.decode_w * (w if self.decode_at_damage else 1.0)
             priced = self._confirmed(pods) if self.decode_confirm else [True] * len(pods)
             costs = [
                 c
-                + rate * _decode_excess_s(req, p, mean_context, self.decode_free, self.decode_slack)
+                + rate
+                * _decode_excess_s(
+                    req, p, mean_context, self.decode_free, self.decode_slack, context
+                )
                 if ok
                 else c
-                for c, p, ok in zip(costs, pods, priced, strict=True)
+                for c, p, ok, context in zip(costs, pods, priced, held, strict=True)
             ]
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
         return costs
