@@ -191,6 +191,8 @@ def build_compare_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", help="run every workload of this suite (train | validation | holdout | holdout2 | "
                    "holdout3 | holdout4 | all | smoke; bench/lab/suite.py) instead of --trace; writes results.json, "
                    "summary.json and summary.md")  # fmt: skip
+    p.add_argument("--workloads", help="with --suite: only these of its workloads "
+                   "(comma-separated names; each runs exactly as in the whole suite)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="with --suite: parallel processes")
     p.add_argument("--seeds", help="with --suite: comma-separated lab seeds, the ladder once per "
                    "seed (workloads prepared once, with the first); writes seed-S/ per seed "
@@ -329,6 +331,9 @@ def run_compare_cli(argv: list[str]) -> int:
         print("headroom lab compare: --seeds is for --suite (a ladder on one trace: --seed)",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.workloads:
+        print("headroom lab compare: --workloads is for --suite", file=sys.stderr)
+        return 2
     try:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         loads = [float(x) for x in args.loads.split(",") if x.strip()]
@@ -424,6 +429,7 @@ def run_workloads_cli(argv: list[str]) -> int:
 
 
 def run_suite_cli(args: argparse.Namespace) -> int:
+    from bench.lab.suite import suite
     from bench.lab.suite_run import commit, run_suite, write_outputs
 
     if args.trace or args.limit is not None or args.offset:
@@ -443,6 +449,13 @@ def run_suite_cli(args: argparse.Namespace) -> int:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
     except ValueError:
         print(f"headroom lab compare: --seeds takes integers ({args.seeds!r})", file=sys.stderr)
+        return 2
+    only = [w.strip() for w in args.workloads.split(",") if w.strip()] if args.workloads else None
+    name = f"{args.suite} ({', '.join(only)})" if only else args.suite
+    try:
+        suite(args.suite, only=only)  # a wrong name fails before anything is written
+    except ValueError as e:
+        print(f"headroom lab compare: {e}", file=sys.stderr)
         return 2
     args.trace = "-"  # each workload sets its own
     started_at = commit()
@@ -479,12 +492,12 @@ def run_suite_cli(args: argparse.Namespace) -> int:
         workloads, results = run_suite(
             args.suite, base, policies, loads, out, slo=args.slo, jobs=args.jobs,
             full_traces=args.full_traces, on_prepared=on_prepared, on_done=on_done,
-            seeds=seeds,
+            seeds=seeds, only=only,
         )  # fmt: skip
     except (ValueError, OSError) as e:
         print(f"headroom lab compare: {e}", file=sys.stderr)
         return 2
-    for path in write_outputs(args.suite, base, loads, args.slo, workloads, results, out,
+    for path in write_outputs(name, base, loads, args.slo, workloads, results, out,
                               started_at):  # fmt: skip
         print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -14,6 +14,7 @@ loads finishes in about half an hour with --jobs 2 on the shared 2-core dev box.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from bench.lab.workloads import (
@@ -309,9 +310,12 @@ SUITES: dict[str, tuple] = {
 SPLITS = ("train", "validation")
 
 
-def suite(name: str, *, full_traces: bool = False) -> list[tuple[str, object]]:
+def suite(
+    name: str, *, full_traces: bool = False, only: Sequence[str] | None = None
+) -> list[tuple[str, object]]:
     """``(split, entry)`` of every workload of suite ``name`` (``all`` = train then
-    validation); ``full_traces`` runs the real traces' whole halves."""
+    validation); ``full_traces`` runs the real traces' whole halves; ``only``: just the
+    workloads of these names (in the suite's order; every name must be the suite's)."""
     names = list(SPLITS) if name == "all" else [name]
     unknown = [n for n in names if n not in SUITES]
     if unknown:
@@ -322,4 +326,11 @@ def suite(name: str, *, full_traces: bool = False) -> list[tuple[str, object]]:
             if full_traces and isinstance(e, TraceSlice):
                 e = replace(e, window=None)
             out.append((n, e))
+    if only is not None:
+        have = [e.name for _, e in out]
+        missing = [w for w in only if w not in have]
+        if missing or not only:
+            raise ValueError(f"suite {name!r} has no workload {', '.join(missing) or '(none named)'}"
+                             f" (its workloads: {', '.join(have)})")  # fmt: skip
+        out = [(n, e) for n, e in out if e.name in set(only)]
     return out

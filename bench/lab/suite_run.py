@@ -297,12 +297,14 @@ def run_suite(
     on_prepared: Callable[[Workload], None] | None = None,
     on_done: Callable[[list[dict]], None] | None = None,
     seeds: Sequence[int] | None = None,
+    only: Sequence[str] | None = None,
 ) -> tuple[list[Workload], list[dict]]:
-    """Prepare every workload of suite ``name`` and run the ladder; returns the workloads and
-    every run's report (ordered by seed, workload, load, policy, headers). ``seeds``: run the
-    ladder once per lab seed (default: ``base.seed`` alone); the workloads, their rates and
-    SLOs are prepared once, with the first seed, so the seeds differ only in the engines'
-    noise and the pickers' tie-breaks."""
+    """Prepare every workload of suite ``name`` (``only``: just those named) and run the
+    ladder; returns the workloads and every run's report (ordered by seed, workload, load,
+    policy, headers). ``seeds``: run the ladder once per lab seed (default: ``base.seed``
+    alone); the workloads, their rates and SLOs are prepared once, with the first seed, so
+    the seeds differ only in the engines' noise and the pickers' tie-breaks. Each workload's
+    rate and SLOs are its own: a run of some workloads repeats the whole suite's runs of them."""
     seeds = list(seeds) if seeds else [base.seed]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds repeat: {seeds}")
@@ -311,7 +313,8 @@ def run_suite(
     if slo not in SLO_MODES:
         raise ValueError(f"slo must be one of {SLO_MODES}")
     work_dir = out_dir / "workloads"
-    raw = [materialise(split, e, work_dir) for split, e in suite(name, full_traces=full_traces)]
+    entries = suite(name, full_traces=full_traces, only=only)
+    raw = [materialise(split, e, work_dir) for split, e in entries]
     workloads = _map(_prepare_one, [(w, base) for w in raw], jobs, on_prepared)
     tasks = [t for seed in seeds
              for t in tasks_for(workloads, replace(base, seed=seed), policies, loads, slo)]  # fmt: skip

@@ -478,6 +478,21 @@ def test_lab_compare_suite_end_to_end_and_jobs_do_not_change_results(tmp_path, c
                 for r in json.loads(p.read_text())]  # fmt: skip
 
     assert strip(tmp_path / "j1" / "results.json") == strip(tmp_path / "j2" / "results.json")
+    # --workloads runs some of the suite's workloads exactly as the whole suite runs them
+    last = SMOKE[-1].name
+    assert cli([*argv, "--workloads", last, "--out", str(tmp_path / "one")]) == 0
+    one = strip(tmp_path / "one" / "results.json")
+    assert one and one == [r for r in strip(tmp_path / "j1" / "results.json")
+                           if r["workload"] == last]  # fmt: skip
+    assert f"`smoke ({last})`" in (tmp_path / "one" / "summary.md").read_text()
+    for bad, says in ((["--workloads", "smoke-nope"], "has no workload smoke-nope"),
+                      (["--workloads", ","], "has no workload (none named)")):  # fmt: skip
+        assert cli([*argv, *bad, "--out", str(tmp_path / "wrong")]) == 2
+        assert says in capsys.readouterr().err
+        assert not (tmp_path / "wrong").exists()  # refused before anything is written
+    assert cli(["lab", "compare", "--trace", "x.jsonl", "--workloads", last, "--out",
+                str(tmp_path / "wrong")]) == 2  # fmt: skip
+    assert "--workloads is for --suite" in capsys.readouterr().err
     partial = (tmp_path / "j2" / "results.partial.jsonl").read_text().splitlines()
     assert len(partial) == len(json.loads((tmp_path / "j2" / "results.json").read_text()))
     assert len((tmp_path / "j2" / "workloads.partial.jsonl").read_text().splitlines()) == 2
