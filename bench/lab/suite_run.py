@@ -497,7 +497,13 @@ def run_versus_cli(argv: list[str]) -> int:
     import json
     import sys
 
-    from bench.lab.summary import cells, versus_reference, versus_reference_markdown
+    from bench.lab.summary import (
+        cells,
+        versus_cells,
+        versus_cells_markdown,
+        versus_reference,
+        versus_reference_markdown,
+    )
 
     p = argparse.ArgumentParser(
         prog="headroom lab versus",
@@ -512,6 +518,9 @@ def run_versus_cli(argv: list[str]) -> int:
                    "baselines of a run whose other policies another directory replaces)")  # fmt: skip
     p.add_argument("--reference", default="headroom", help="the profile to compare against")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--cells", action="store_true", help="also each cell both ran: TTFT p90, "
+                   "TPOT p90, E2E p90 and attainment, the reference's and the candidate's "
+                   "(with --json: {policies, cells})")  # fmt: skip
     args = p.parse_args(argv)
     try:
         results: list[dict] = []
@@ -544,12 +553,17 @@ def run_versus_cli(argv: list[str]) -> int:
         seeds = {r.get("seed") for r in results}
         if len(seeds) > 1:
             raise ValueError(f"runs of several lab seeds {sorted(seeds)}: one seed per call")
-        rows = versus_reference(cells(results), args.reference, floors=floors)
+        cs = cells(results)
+        rows = versus_reference(cs, args.reference, floors=floors)
+        per_cell = versus_cells(cs, args.reference) if args.cells else None
     except (OSError, ValueError, KeyError) as e:
         print(f"headroom lab versus: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(rows if per_cell is None else {"policies": rows, "cells": per_cell},
+                         indent=1))  # fmt: skip
     else:
         print(versus_reference_markdown(rows, args.reference), end="")
+        if per_cell is not None:
+            print("\n" + versus_cells_markdown(per_cell, args.reference), end="")
     return 0

@@ -487,6 +487,68 @@ def versus_reference(
     return out
 
 
+CELL_METRICS = ("ttft_p90", "tpot_p90", "e2e_p90", "attainment")
+
+
+def versus_cells(
+    cs: Sequence[dict], reference: str, baselines: Sequence[str] = BASELINES
+) -> list[dict]:
+    """Cell by cell, each candidate (neither a baseline, a lab reference nor ``reference``)
+    against ``reference`` on the cells both ran, in the suite's order: ``{workload, load,
+    policy, <metric>: {reference, candidate}}`` for TTFT p90, TPOT p90, E2E p90 (ms) and SLO
+    attainment (a share), where both have the metric. The trade of a candidate reads here,
+    each gain beside the costs in its own row."""
+    by = _index(cs)
+    policies = list(dict.fromkeys(c["policy"] for c in cs))
+    if reference not in policies:
+        raise ValueError(f"the reference {reference!r} did not run (policies: {policies})")
+    out = []
+    for pol in policies:
+        if pol == reference or pol in baselines or is_reference(pol):
+            continue
+        for (w, load), row in by.items():
+            if pol not in row or reference not in row:
+                continue
+            cell: dict = {"workload": w, "load": load, "policy": pol}
+            for m in CELL_METRICS:
+                a, b = row[reference].get(m), row[pol].get(m)
+                if a is not None and b is not None:
+                    cell[m] = {"reference": a, "candidate": b}
+            out.append(cell)
+    return out
+
+
+def versus_cells_markdown(rows: Sequence[dict], reference: str) -> str:
+    """The rows of :func:`versus_cells` as a markdown table: latencies as ``reference ->
+    candidate (ratio)``, attainment in percent and its change in points."""
+
+    def latency(c: dict, m: str) -> str:
+        v = c.get(m)
+        if v is None:
+            return "–"
+        a, b = v["reference"], v["candidate"]
+        ratio = f" ({b / a:.2f}x)" if a else ""
+        return f"{a:,.1f} -> {b:,.1f}{ratio}"
+
+    def attainment(c: dict) -> str:
+        v = c.get("attainment")
+        if v is None:
+            return "–"
+        a, b = 100 * v["reference"], 100 * v["candidate"]
+        return f"{a:.1f} -> {b:.1f} ({b - a:+.1f} pts)"
+
+    lines = [
+        f"| policy | workload | load | TTFT p90 ms ({reference} -> policy) | TPOT p90 ms | "
+        "E2E p90 ms | attainment % |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for c in rows:
+        lines.append(f"| {c['policy']} | {c['workload']} | {c['load']:g} | "
+                     f"{latency(c, 'ttft_p90')} | {latency(c, 'tpot_p90')} | "
+                     f"{latency(c, 'e2e_p90')} | {attainment(c)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def versus_reference_markdown(rows: Sequence[dict], reference: str) -> str:
     """The rows of :func:`versus_reference` as a markdown table."""
     lines = [

@@ -39,6 +39,8 @@ from bench.lab.summary import (
     seeds_markdown,
     summarise,
     summary_markdown,
+    versus_cells,
+    versus_cells_markdown,
     versus_markdown,
     versus_reference,
     versus_reference_markdown,
@@ -448,6 +450,20 @@ def test_versus_reference_scores_each_candidate_against_the_shipped_profile():
     assert "| cand | 3 |" in versus_reference_markdown(list(rows.values()), "headroom")
     with pytest.raises(ValueError, match="did not run"):
         versus_reference(cells(rs), "headroom-s19")
+    # cell by cell: the candidate's values beside the reference's, only the candidate's rows
+    per = versus_cells(cells(rs), "headroom")
+    assert {(c["policy"], c["workload"], c["load"]) for c in per} == {
+        ("cand", w, load) for w, load in ((r["workload"], r["load"]) for r in rs)}  # fmt: skip
+    for c in per:
+        t = c["ttft_p90"]
+        assert t["candidate"] == pytest.approx(t["reference"] * (0.9 if c["workload"] == "w"
+                                                                 else 1.25))  # fmt: skip
+        a = c["attainment"]
+        assert a["candidate"] == pytest.approx(a["reference"] - 0.05)
+    md = versus_cells_markdown(per, "headroom")
+    assert "(1.25x)" in md and "(-5.0 pts)" in md and md.count("| cand |") == len(per)
+    with pytest.raises(ValueError, match="did not run"):
+        versus_cells(cells(rs), "headroom-s19")
 
 
 # --- end to end ---------------------------------------------------------------------------
@@ -662,6 +678,13 @@ def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_
                 "--reference", "headroom", "--json"]) == 0  # fmt: skip
     rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["cand"]["ttft_p90"] == 1.0 and rows["cand"]["cells"] == 3
+    assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "cand"), "--cells",
+                "--json"]) == 0  # fmt: skip
+    both = json.loads(capsys.readouterr().out)
+    assert {r["policy"]: r for r in both["policies"]} == rows
+    assert len(both["cells"]) == 3 and all(c["policy"] == "cand" for c in both["cells"])
+    assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "cand"), "--cells"]) == 0
+    assert "| cand | w | 0.8 |" in capsys.readouterr().out
     assert rows["cand"]["attainable"] == rows["headroom"]["attainable"]
     # the same policy's runs in two directories: refused, not silently merged
     (tmp_path / "again").mkdir()
