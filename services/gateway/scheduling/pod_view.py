@@ -177,7 +177,9 @@ class Candidate:
     # _SHARE_WARM have finished): max_tokens x this is a request's expected decode steps
     budget_share: float | None = None
     # computes decode_left (below) when a scorer reads it: most profiles never do
-    decode_left_of: Callable[[], tuple[tuple[float, float], ...]] | None = None
+    decode_left_of: Callable[[], tuple[tuple[float, float], ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def decode_left(self) -> tuple[tuple[float, float], ...]:
