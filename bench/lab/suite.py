@@ -292,6 +292,48 @@ HOLDOUT4: tuple = (
     ), rate_rps=7.0), seed=6107, requests=1000),
 )  # fmt: skip
 
+# a fifth fresh set (session 23), committed before the candidate it judges ran (the shipped
+# decode price in `headroom-learned`'s scorer); read once for it, never tuned on.
+HOLDOUT5: tuple = (
+    WorkloadSpec("rag-g", Rag(
+        documents=8, document=LogNormal(25_000, 70_000, 8_000, 100_000), zipf=0.95,
+        docs_per_request=1, system_tokens=512, question=LogNormal(90, 260, 10, 600),
+        output=LogNormal(160, 420, 20, 700), arrival=Arrival("poisson", 1.9)),
+        seed=7101, requests=500),
+    WorkloadSpec("rag-hot-g", Rag(
+        documents=3, document=LogNormal(20_000, 48_000, 6_000, 56_000), zipf=0.55,
+        docs_per_request=1, system_tokens=640, question=LogNormal(70, 210, 5, 500),
+        output=LogNormal(200, 520, 20, 850), arrival=Arrival("poisson", 0.9)),
+        seed=7102, requests=500, note="three hot documents"),
+    WorkloadSpec("chat-g", Chat(
+        prompt=LogNormal(700, 2000, 300, 3000), output=LogNormal(260, 600, 50, 800),
+        arrival=Arrival("gamma", 17.0, cv=1.3)), seed=7103, requests=1000),
+    WorkloadSpec("multiturn-g", MultiTurn(
+        system_prompts=4, system_tokens=1280, turns=4.5, first=LogNormal(550, 1600, 50, 3800),
+        message=LogNormal(140, 520, 10, 2000), output=LogNormal(230, 580, 20, 950),
+        think_s=22.0, max_context=32768, arrival=Arrival("poisson", 0.9)),
+        seed=7104, requests=1000),
+    WorkloadSpec("agentic-g", Agentic(
+        agents=6, system_tokens=2048, calls=6.5, call_gap_s=0.25,
+        step=LogNormal(220, 900, 10, 4000), carry=True, output=LogNormal(60, 200, 5, 480),
+        max_context=32768, arrival=Arrival("onoff", 1.0, on_s=12.0, off_s=6.0)),
+        seed=7105, requests=1000, note="agent sessions starting in on/off bursts"),
+    WorkloadSpec("code-g", Code(
+        repos=7, zipf=0.95, prompt=LogNormal(2800, 8000, 500, 12_500), share_prob=0.75,
+        shared_fraction=0.65, output=LogNormal(16, 48, 1, 120), arrival=Arrival("poisson", 19.0)),
+        seed=7106, requests=1000),
+    WorkloadSpec("mix-g", Mix(parts=(
+        (0.3, Rag(documents=4, document=LogNormal(18_000, 45_000, 6_000, 60_000), zipf=0.8,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                  output=LogNormal(180, 450, 20, 750))),
+        (0.3, MultiTurn(system_prompts=2, system_tokens=1024, turns=4.0, think_s=15.0,
+                        first=LogNormal(500, 1500, 50, 3500), message=LogNormal(120, 400, 10, 1500),
+                        output=LogNormal(220, 550, 20, 900))),
+        (0.4, Code(repos=6, zipf=1.0, prompt=LogNormal(3000, 8000, 500, 12_000),
+                   share_prob=0.6, shared_fraction=0.55, output=LogNormal(18, 55, 1, 128))),
+    ), rate_rps=6.5), seed=7107, requests=1000),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -305,6 +347,7 @@ SUITES: dict[str, tuple] = {
     "holdout2": HOLDOUT2,
     "holdout3": HOLDOUT3,
     "holdout4": HOLDOUT4,
+    "holdout5": HOLDOUT5,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

@@ -17,6 +17,7 @@ from bench.lab.suite import (
     HOLDOUT2,
     HOLDOUT3,
     HOLDOUT4,
+    HOLDOUT5,
     SMOKE,
     TRAIN,
     VALIDATION,
@@ -133,6 +134,14 @@ def test_holdout4_is_disjoint_from_every_earlier_set():
     assert {e.family for e in HOLDOUT4} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
     assert any(e.params.document.median >= 30_000 for e in fresh if e.family == "rag")
+
+
+def test_holdout5_is_disjoint_from_every_earlier_set():
+    """The fifth holdout set (session 23) shares no seed, name or parameter set with any
+    earlier set and covers every generated kind of traffic and bursts."""
+    fresh = assert_disjoint(HOLDOUT5, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4)
+    assert {e.family for e in HOLDOUT5} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
 
 
 def test_each_split_covers_every_kind_of_traffic():
