@@ -560,6 +560,25 @@ def test_shipped_headroom_prices_the_decode_once_the_answers_share_is_measured()
     assert run("headroom", fleet(0.05), request).chosen == 0  # 20 steps: 0.5 x 0.94 s < 2 s
 
 
+def test_shipped_headroom_learned_carries_the_same_decode_price():
+    """`headroom-learned` prices the decode as `headroom` does (session 23: on the fresh
+    holdout5 it halved the learned profile's failing checks): with the learned TTFTs ranking
+    (a cached 50 ms against a cold 2 s) or without predictions (the cost model's fallback),
+    a request leaves the pod crowded with long contexts once the answers' share is measured."""
+    request = req(input_tokens=37_000, max_tokens=400)
+
+    def fleet(share, preds=True):
+        pods = crowded(share)
+        if preds:
+            pods[0].pred, pods[1].pred = (50.0, 20.0), (2000.0, 20.0)
+        return pods
+
+    assert run("headroom-learned", fleet(1.0)).path == "predicted"
+    assert run("headroom-learned", fleet(1.0), request).chosen == 1
+    assert run("headroom-learned", fleet(1.0, preds=False), request).chosen == 1
+    assert run("headroom-learned", fleet(None), request).chosen == 0  # nothing measured yet
+
+
 def test_decode_confirm_prices_only_pods_whose_measured_tpot_also_runs_above_the_mean():
     """With decodeConfirm the context excess is priced only on a pod whose measured TPOT runs
     more than decodeSlack above the pods' mean measured TPOT; not on one whose TPOT is like
