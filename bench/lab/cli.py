@@ -175,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _suite_names() -> str:
+    from bench.lab.suite import SUITES
+
+    return " | ".join(["all", *SUITES])
+
+
 def build_compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="headroom lab compare",
@@ -188,9 +194,9 @@ def build_compare_parser() -> argparse.ArgumentParser:
                    help="fractions of the estimated saturation throughput")  # fmt: skip
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--title", help="plot title (default: trace, pods, profile)")
-    p.add_argument("--suite", help="run every workload of this suite (train | validation | holdout | holdout2 | "
-                   "holdout3 | holdout4 | holdout5 | all | smoke; bench/lab/suite.py) instead of --trace; writes results.json, "
-                   "summary.json and summary.md")  # fmt: skip
+    p.add_argument("--suite", help=f"run every workload of this suite ({_suite_names()}; "
+                   "bench/lab/suite.py) instead of --trace; writes results.json, summary.json "
+                   "and summary.md")  # fmt: skip
     p.add_argument("--workloads", help="with --suite: only these of its workloads "
                    "(comma-separated names; each runs exactly as in the whole suite)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="with --suite: parallel processes")
@@ -214,7 +220,7 @@ def build_workloads_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--suite",
         default="all",
-        help="train | validation | holdout | holdout2 | holdout3 | holdout4 | holdout5 | all | smoke (default all)",
+        help=f"{_suite_names()} (default all)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--write", metavar="DIR", help="write the generated workloads here")
