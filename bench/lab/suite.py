@@ -334,6 +334,49 @@ HOLDOUT5: tuple = (
     ), rate_rps=6.5), seed=7107, requests=1000),
 )  # fmt: skip
 
+# a sixth fresh set (session 24), committed before the candidates it judges ran: every
+# earlier set has been read for the shipped profiles. Hot-document and long-document RAG,
+# short / multi-turn / agentic chat, code, on/off and gamma bursts and a mix; read once per
+# candidate and never tuned on.
+HOLDOUT6: tuple = (
+    WorkloadSpec("rag-h", Rag(
+        documents=7, document=LogNormal(30_000, 85_000, 9_000, 125_000), zipf=1.05,
+        docs_per_request=1, system_tokens=384, question=LogNormal(100, 300, 10, 700),
+        output=LogNormal(130, 360, 20, 620), arrival=Arrival("poisson", 1.6)),
+        seed=8101, requests=500, note="long documents"),
+    WorkloadSpec("rag-hot-h", Rag(
+        documents=4, document=LogNormal(12_000, 36_000, 4_000, 46_000), zipf=0.5,
+        docs_per_request=1, system_tokens=1024, question=LogNormal(55, 190, 5, 480),
+        output=LogNormal(170, 460, 20, 780), arrival=Arrival("poisson", 1.1)),
+        seed=8102, requests=500, note="four hot documents"),
+    WorkloadSpec("chat-h", Chat(
+        prompt=LogNormal(650, 1800, 300, 3000), output=LogNormal(240, 560, 50, 800),
+        arrival=Arrival("onoff", 19.0, on_s=5.0, off_s=6.0)), seed=8103, requests=1000,
+        note="short chat in on/off bursts"),
+    WorkloadSpec("multiturn-h", MultiTurn(
+        system_prompts=2, system_tokens=1536, turns=3.5, first=LogNormal(700, 2000, 50, 4200),
+        message=LogNormal(160, 540, 10, 2200), output=LogNormal(260, 640, 20, 1000),
+        think_s=16.0, max_context=32768, arrival=Arrival("gamma", 1.1, cv=1.5)),
+        seed=8104, requests=1000),
+    WorkloadSpec("agentic-h", Agentic(
+        agents=3, system_tokens=3584, calls=7.0, call_gap_s=0.4,
+        step=LogNormal(280, 1100, 10, 4200), carry=True, output=LogNormal(70, 230, 5, 520),
+        max_context=32768, arrival=Arrival("poisson", 0.8)), seed=8105, requests=1000),
+    WorkloadSpec("code-h", Code(
+        repos=8, zipf=1.05, prompt=LogNormal(3200, 9000, 600, 13_500), share_prob=0.7,
+        shared_fraction=0.5, output=LogNormal(20, 65, 1, 140), arrival=Arrival("gamma", 18.0, cv=1.3)),
+        seed=8106, requests=1000),
+    WorkloadSpec("mix-h", Mix(parts=(
+        (0.25, Rag(documents=3, document=LogNormal(14_000, 38_000, 5_000, 48_000), zipf=0.6,
+                   docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                   output=LogNormal(190, 480, 20, 800))),
+        (0.25, Rag(documents=5, document=LogNormal(35_000, 90_000, 10_000, 120_000), zipf=1.0,
+                   docs_per_request=1, system_tokens=512, question=LogNormal(80, 240, 10, 600),
+                   output=LogNormal(120, 340, 20, 600))),
+        (0.5, Chat(prompt=LogNormal(800, 2200, 300, 3000), output=LogNormal(200, 500, 50, 800))),
+    ), rate_rps=5.5), seed=8107, requests=1000, note="hot and long documents beside chat"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -348,6 +391,7 @@ SUITES: dict[str, tuple] = {
     "holdout3": HOLDOUT3,
     "holdout4": HOLDOUT4,
     "holdout5": HOLDOUT5,
+    "holdout6": HOLDOUT6,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

@@ -18,6 +18,7 @@ from bench.lab.suite import (
     HOLDOUT3,
     HOLDOUT4,
     HOLDOUT5,
+    HOLDOUT6,
     SMOKE,
     TRAIN,
     VALIDATION,
@@ -142,6 +143,17 @@ def test_holdout5_is_disjoint_from_every_earlier_set():
     fresh = assert_disjoint(HOLDOUT5, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4)
     assert {e.family for e in HOLDOUT5} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
+
+
+def test_holdout6_is_disjoint_from_every_earlier_set():
+    """The sixth holdout set (session 24) shares no seed, name or parameter set with any
+    earlier set and covers every generated kind of traffic, bursts and hot documents."""
+    fresh = assert_disjoint(
+        HOLDOUT6, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5
+    )
+    assert {e.family for e in HOLDOUT6} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
+    assert any(e.name.startswith("rag-hot") for e in fresh)
 
 
 def test_each_split_covers_every_kind_of_traffic():
