@@ -377,6 +377,49 @@ HOLDOUT6: tuple = (
     ), rate_rps=5.5), seed=8107, requests=1000, note="hot and long documents beside chat"),
 )  # fmt: skip
 
+# a seventh fresh set (session 24), committed before the second candidate of the session
+# ran (holdout6 judged the first); the same kinds of traffic with other parameters and
+# seeds; read once per candidate and never tuned on.
+HOLDOUT7: tuple = (
+    WorkloadSpec("rag-i", Rag(
+        documents=6, document=LogNormal(38_000, 95_000, 12_000, 128_000), zipf=1.15,
+        docs_per_request=1, system_tokens=768, question=LogNormal(75, 230, 10, 650),
+        output=LogNormal(150, 400, 20, 640), arrival=Arrival("gamma", 1.5, cv=1.3)),
+        seed=9401, requests=500, note="long documents in gamma bursts"),
+    WorkloadSpec("rag-hot-i", Rag(
+        documents=5, document=LogNormal(10_000, 30_000, 4_000, 40_000), zipf=0.7,
+        docs_per_request=1, system_tokens=640, question=LogNormal(65, 220, 5, 520),
+        output=LogNormal(220, 540, 20, 880), arrival=Arrival("poisson", 1.3)),
+        seed=9402, requests=500, note="five hot documents"),
+    WorkloadSpec("chat-i", Chat(
+        prompt=LogNormal(1100, 2600, 300, 3000), output=LogNormal(160, 420, 50, 800),
+        arrival=Arrival("poisson", 21.0)), seed=9403, requests=1000),
+    WorkloadSpec("multiturn-i", MultiTurn(
+        system_prompts=6, system_tokens=896, turns=5.5, first=LogNormal(500, 1500, 50, 3600),
+        message=LogNormal(110, 420, 10, 1600), output=LogNormal(280, 700, 20, 1000),
+        think_s=25.0, max_context=32768, arrival=Arrival("onoff", 1.2, on_s=6.0, off_s=9.0)),
+        seed=9404, requests=1000, note="multi-turn sessions starting in on/off bursts"),
+    WorkloadSpec("agentic-i", Agentic(
+        agents=8, system_tokens=1792, calls=5.5, call_gap_s=0.2,
+        step=LogNormal(200, 800, 10, 3500), carry=True, output=LogNormal(50, 180, 5, 450),
+        max_context=32768, arrival=Arrival("gamma", 1.2, cv=1.4)), seed=9405, requests=1000),
+    WorkloadSpec("code-i", Code(
+        repos=5, zipf=0.85, prompt=LogNormal(2200, 6500, 400, 11_000), share_prob=0.8,
+        shared_fraction=0.7, output=LogNormal(12, 45, 1, 100), arrival=Arrival("poisson", 22.0)),
+        seed=9406, requests=1000),
+    WorkloadSpec("mix-i", Mix(parts=(
+        (0.3, Agentic(agents=4, system_tokens=2560, calls=5.0, call_gap_s=0.35,
+                      step=LogNormal(240, 950, 10, 4000), carry=True,
+                      output=LogNormal(70, 210, 5, 500), max_context=32768)),
+        (0.3, Rag(documents=4, document=LogNormal(25_000, 60_000, 8_000, 90_000), zipf=0.9,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(70, 220, 5, 550),
+                  output=LogNormal(140, 380, 20, 650))),
+        (0.4, MultiTurn(system_prompts=3, system_tokens=1152, turns=4.0, think_s=18.0,
+                        first=LogNormal(550, 1700, 50, 3800), message=LogNormal(130, 450, 10, 1700),
+                        output=LogNormal(240, 600, 20, 950))),
+    ), rate_rps=6.0), seed=9407, requests=1000, note="agents, documents and multi-turn chat"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -392,6 +435,7 @@ SUITES: dict[str, tuple] = {
     "holdout4": HOLDOUT4,
     "holdout5": HOLDOUT5,
     "holdout6": HOLDOUT6,
+    "holdout7": HOLDOUT7,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

@@ -19,6 +19,7 @@ from bench.lab.suite import (
     HOLDOUT4,
     HOLDOUT5,
     HOLDOUT6,
+    HOLDOUT7,
     SMOKE,
     TRAIN,
     VALIDATION,
@@ -152,6 +153,18 @@ def test_holdout6_is_disjoint_from_every_earlier_set():
         HOLDOUT6, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5
     )
     assert {e.family for e in HOLDOUT6} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
+    assert any(e.name.startswith("rag-hot") for e in fresh)
+
+
+def test_holdout7_is_disjoint_from_every_earlier_set():
+    """The seventh holdout set (session 24, for the session's second candidate) shares no
+    seed, name or parameter set with any earlier set and covers every generated kind of
+    traffic, bursts and hot documents."""
+    fresh = assert_disjoint(
+        HOLDOUT7, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5, HOLDOUT6
+    )
+    assert {e.family for e in HOLDOUT7} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
     assert any(e.name.startswith("rag-hot") for e in fresh)
 
