@@ -548,6 +548,32 @@ def test_the_decode_price_charges_the_share_of_max_tokens_the_answers_measured_u
     assert chosen(fleet(1.0), budget) == 1
 
 
+@pytest.mark.parametrize(("hopeless_decode", "protected", "want"), [
+    (True, 0, 1),  # the price moves even a hopeless request off the crowded pod
+    (False, 0, 0),  # unpriced: its SLO is lost anyway, and it harms no protected decode there
+    (False, 60, 1),  # the harm it would do to 60 protected decodes still decides
+])  # fmt: skip
+def test_hopeless_decode_false_leaves_a_hopeless_requests_own_decode_unpriced(
+    hopeless_decode, protected, want
+):
+    """With hopelessDecode false a request that can no longer meet its TTFT SLO (10 ms here,
+    the best pod's own TTFT is 50 ms) is placed by the harm it does, not by its own decode
+    time, which no longer counts towards its SLO; a request with time left is priced as
+    before (test_the_decode_price_...)."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    pods = crowded(1.0)
+    pods[0] = replace(pods[0], protected=protected)
+    sc = LatencyCostScorer.create(decodeWeight=1.0, hopelessDecode=hopeless_decode)
+    sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+
+    def chosen(request):
+        return sched.schedule(request, rows_of(pods), None, now=0.0, rng=random.Random(0)).chosen
+
+    assert chosen(req(ttft=10.0, input_tokens=37_000, max_tokens=400)) == want
+    assert chosen(req(ttft=5_000.0, input_tokens=37_000, max_tokens=400)) == 1  # not hopeless
+
+
 def test_shipped_headroom_prices_the_decode_once_the_answers_share_is_measured():
     """The shipped `headroom` (decodeWeight 1, decodeSlack 0.1, session 24; 0.5 / 0.25 from
     session 22) moves a cached request off a pod whose decode batch reads far more context

@@ -194,6 +194,9 @@ class LatencyCostScorer(Scorer):
         Param("decodeConfirm", bool, False, "With decodeWeight: price only pods whose "
               "measured TPOT (EWMA of finished requests) also runs more than decodeSlack above "
               "the mean measured TPOT of the pods (a lasting imbalance, not a passing one)"),
+        Param("hopelessDecode", bool, True, "With decodeWeight: a hopeless request's own "
+              "decode is priced too (false: not; its SLO is lost wherever it goes, and the "
+              "harm it does decides where)"),
         Param("decodeDrain", bool, False, "With decodeWeight: a request in flight counts "
               "its context only for the share of the new request's decode steps it is "
               "expected to still decode (the context drains as they finish), on every pod "
@@ -221,6 +224,7 @@ class LatencyCostScorer(Scorer):
         self.decode_at_damage: bool = params["decodeRate"] == "damage"
         self.decode_confirm: bool = params["decodeConfirm"]
         self.decode_drain: bool = params["decodeDrain"]
+        self.hopeless_decode: bool = params["hopelessDecode"]
         # typical sizes, learned from the requests this scorer sees (EWMA, ~1/_ALPHA requests)
         self.typical_service_s: float | None = None  # the request's best prefill estimate
         # its answer length: the EWMA of max_tokens (_budget_tokens), or the pod view's
@@ -327,7 +331,7 @@ class LatencyCostScorer(Scorer):
                 o + w * p.candidate.protected_decodes * p.service_s
                 for p, o in zip(pods, own, strict=True)
             ]
-        if self.decode_w > 0.0:
+        if self.decode_w > 0.0 and (self.hopeless_decode or not hopeless):
             share = pods[0].candidate.budget_share
             if self.decode_drain and share:
                 steps = req.max_tokens * share
