@@ -70,6 +70,9 @@ context does not drain (rag-hot-a TPOT p90 +75-78% at loads 0.8 / 1.2): off.
 answers are measured) by the measured budget share: with fixed 4096-token budgets the weight
 otherwise sits at its floor for most of a run. It fixed `train` at 4096 (8 -> 4 failing
 checks) but missed its rule's TTFT bar on `holdout4` (1.013x): off.
+``hopelessDecode: false`` leaves a hopeless request's own decode unpriced (its TTFT SLO is lost
+wherever it goes): on `train` +1.9 points of SLO attainment, but the sacrificed requests'
+TTFT p99 1.21x and one more failing check (session 24): on (priced).
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
