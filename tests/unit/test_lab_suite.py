@@ -146,25 +146,19 @@ def test_holdout5_is_disjoint_from_every_earlier_set():
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
 
 
-def test_holdout6_is_disjoint_from_every_earlier_set():
-    """The sixth holdout set (session 24) shares no seed, name or parameter set with any
-    earlier set and covers every generated kind of traffic, bursts and hot documents."""
-    fresh = assert_disjoint(
-        HOLDOUT6, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5
-    )
-    assert {e.family for e in HOLDOUT6} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
-    assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
-    assert any(e.name.startswith("rag-hot") for e in fresh)
+# every set in the order it was added; a fresh set is disjoint from all before it
+ORDERED_SETS = (TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5, HOLDOUT6,
+                HOLDOUT7)  # fmt: skip
 
 
-def test_holdout7_is_disjoint_from_every_earlier_set():
-    """The seventh holdout set (session 24, for the session's second candidate) shares no
-    seed, name or parameter set with any earlier set and covers every generated kind of
-    traffic, bursts and hot documents."""
-    fresh = assert_disjoint(
-        HOLDOUT7, TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5, HOLDOUT6
-    )
-    assert {e.family for e in HOLDOUT7} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
+@pytest.mark.parametrize("fresh_set", [HOLDOUT6, HOLDOUT7], ids=["holdout6", "holdout7"])
+def test_session_24s_holdouts_are_disjoint_from_every_earlier_set(fresh_set):
+    """The sixth and seventh holdout sets (session 24; the seventh for the session's second
+    candidate) share no seed, name or parameter set with any earlier set and cover every
+    generated kind of traffic, bursts and hot documents."""
+    earlier = ORDERED_SETS[: ORDERED_SETS.index(fresh_set)]
+    fresh = assert_disjoint(fresh_set, *earlier)
+    assert {e.family for e in fresh_set} == {"chat", "multiturn", "rag", "code", "agentic", "mix"}
     assert any(getattr(e.params, "arrival", Arrival()).kind == "onoff" for e in fresh)
     assert any(e.name.startswith("rag-hot") for e in fresh)
 
