@@ -510,7 +510,8 @@ def run_versus_cli(argv: list[str]) -> int:
         description="Merge the runs of suite directories (one suite, one seed; e.g. the "
         "baselines and the shipped profile in one, candidate profiles in others) and score "
         "each candidate against a reference profile: attainable failing checks of issue 18's "
-        "done-means 1, geometric means of TTFT p90 / p99, TPOT p90 and E2E p90 over the "
+        "done-means 1, geometric means of TTFT p90 / p99, TPOT p90, E2E p90 and TTFT p99 "
+        "with SLO headers over the "
         "reference's, and the mean SLO attainment difference.",
     )
     p.add_argument("dirs", nargs="+", help="--out directories of `headroom lab compare --suite`; "

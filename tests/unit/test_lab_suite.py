@@ -469,6 +469,8 @@ def test_versus_reference_scores_each_candidate_against_the_shipped_profile():
     assert c["cells"] == 3
     assert c["ttft_p90"] == pytest.approx((0.9 * 0.9 * 1.25) ** (1 / 3), abs=1e-3)
     assert c["tpot_p90"] == 2.0 and c["e2e_p90"] == 1.0
+    # the TTFT p99 of the runs with SLO headers (the sacrificed requests' tail) has its ratio
+    assert c["ttft_p99_slo"] == pytest.approx(c["ttft_p90"], abs=1e-3) and h["ttft_p99_slo"] == 1
     assert c["attainment_pts"] == pytest.approx(-5.0)
     # 0.9x TTFT passes w@0.8's TTFT check (85.5 vs 90 ms), 2x TPOT fails v@1.2's (20 vs 10)
     assert h["attainable"] == c["attainable"] == 5 and c["unattainable"] == 0
