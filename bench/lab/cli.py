@@ -85,6 +85,10 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="virtual seconds from promotion to the predictor serving it")  # fmt: skip
     p.add_argument("--mape-after", type=int, default=2000,
                    help="also report MAPE on requests routed after this many samples")  # fmt: skip
+    p.add_argument("--llmd-twin", action="store_true",
+                   help="predicting policies: also train llmd-predicted's learner (llm-d's "
+                   "eleven features, squared error on raw ms) on the run's own samples and "
+                   "report both models' MAPE on the same requests (prediction.llmd_twin)")  # fmt: skip
     p.add_argument("--trainer-objective", choices=("mean", "quantile", "both"),
                    help="trainer model objective (default: HEADROOM_TRAINER_OBJECTIVE)")  # fmt: skip
     p.add_argument("--predictor-objective", choices=("mean", "quantile"),
@@ -137,6 +141,7 @@ def config_from_args(args: argparse.Namespace, *, policy: str, rate_scale: float
         max_train_cycles=args.max_train_cycles,
         publish_delay_s=args.publish_delay_s,
         mape_after=args.mape_after,
+        llmd_twin=args.llmd_twin,
         trainer_overrides=overrides,
         predictor_objective=args.predictor_objective,
         regret_samples=args.regret_samples,
@@ -267,6 +272,14 @@ def summary_line(r: dict) -> str:
         parts.append(f"SLO attainment {100 * slo:.1f}%")
     if pred.get("ttft_mape") is not None:
         parts.append(f"MAPE ttft {pred['ttft_mape']:.3f} tpot {pred['tpot_mape']:.3f}")
+    twin = pred.get("llmd_twin") or {}
+    if twin.get("ttft_ratio") is not None and twin.get("tpot_ratio") is not None:
+        parts.append(
+            f"after {pred['after_samples']} samples vs the llm-d twin ({twin['requests']} "
+            f"requests): ttft {twin['ttft_mape_after']:.3f} / {twin['twin_ttft_mape_after']:.3f}"
+            f" = {twin['ttft_ratio']:.2f}x, tpot {twin['tpot_mape_after']:.3f} / "
+            f"{twin['twin_tpot_mape_after']:.3f} = {twin['tpot_ratio']:.2f}x"
+        )
     regret = r.get("regret_ms") or {}
     if regret.get("sampled"):
         parts.append(f"regret p50/p90 {regret['p50']}/{regret['p90']} ms ({regret['sampled']})")

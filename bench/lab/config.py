@@ -21,8 +21,9 @@ DEFAULT_PREDICT_LATENCY_MS = 2.0
 # features (feature set v1) with squared error and uncalibrated quantile trees, as llm-d's
 # predictor does (ours fits log(1 + ms) on v2 with the relative point loss and calibrates its
 # quantile models by default).
+LLMD_PREDICTED = "llmd-predicted"
 POLICY_TRAINER_DEFAULTS: dict[str, dict[str, object]] = {
-    "llmd-predicted": {
+    LLMD_PREDICTED: {
         "target_transform": "none",
         "feature_set": "v1",
         "point_loss": "squared",
@@ -74,6 +75,10 @@ class LabConfig:
     max_train_cycles: int = DEFAULT_MAX_TRAIN_CYCLES  # what "auto" aims at
     publish_delay_s: float = 0.5  # promoted version -> predictor, in virtual seconds
     mape_after: int = 2000  # report MAPE on requests routed after this many samples
+    # a second learner with llmd-predicted's trainer settings, fed this run's samples, that
+    # predicts the chosen pod at each predicted decision and never routes: issue 15's MAPE
+    # ratio against llm-d's model on the same run (report: prediction.llmd_twin)
+    llmd_twin: bool = False
     trainer_overrides: dict[str, object] = field(default_factory=dict)  # TrainerSettings fields
     predictor_objective: str | None = None  # None: PredictorSettings().objective
     # decisions whose regret is measured by forking every candidate (bench/lab/regret.py)

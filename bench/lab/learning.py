@@ -70,6 +70,9 @@ class OnlineLearner:
         self.shifts: list[dict] = []
         self._force = False
         self._recovery_fits = 0  # refits left, one per shift_window samples, after a shift
+        # a second learner fed the same samples and ticked at the same times, that never
+        # routes (e.g. llm-d's, for a MAPE ratio on the same run: run_lab's llmd_twin)
+        self.twin: OnlineLearner | None = None
 
     # --- samples ------------------------------------------------------------------------
     def offer(self, sample: TrainingSample, now: float) -> str:
@@ -90,13 +93,13 @@ class OnlineLearner:
                 self.shifts.append({"t": round(now, 3), "began": round(began, 3),
                                     "samples": self.samples, "dropped": dropped})  # fmt: skip
                 self._recovery_fits = self.settings.shift_refits
-                self.tick(now)  # the trainer refits at once (TrainerService._on_shift)
+                self._tick(now)  # the trainer refits at once (TrainerService._on_shift)
             elif self._recovery_fits > 0 and (
                 self.window.added_total - self._fitted_at_added >= self.settings.shift_window
             ):
                 self._recovery_fits -= 1
                 self._force = True
-                self.tick(now)
+                self._tick(now)
         return reason
 
     @property
@@ -106,7 +109,13 @@ class OnlineLearner:
 
     # --- the trainer's cadence ----------------------------------------------------------
     def tick(self, now: float) -> str | None:
-        """One refit check at virtual time ``now``; returns a promoted version or None."""
+        """One refit check at virtual time ``now`` (the twin's too); returns a promoted
+        version or None."""
+        if self.twin is not None:
+            self.twin.tick(now)
+        return self._tick(now)
+
+    def _tick(self, now: float) -> str | None:
         s = self.settings
         self.window.expire(now)
         due, _ = refit_gate(
@@ -147,7 +156,10 @@ class OnlineLearner:
         return version
 
     def install_due(self, now: float) -> None:
-        """Predictor side: load every announced version whose time has come."""
+        """Predictor side: load every announced version whose time has come (the twin's
+        too)."""
+        if self.twin is not None:
+            self.twin.install_due(now)
         while self._pending and self._pending[0][0] <= now:
             _, model = self._pending.pop(0)
             try:
@@ -158,7 +170,11 @@ class OnlineLearner:
             self._compiled = CompiledModel(model, self.prefer)
 
     def next_install(self) -> float | None:
-        return self._pending[0][0] if self._pending else None
+        own = self._pending[0][0] if self._pending else None
+        twin = self.twin.next_install() if self.twin is not None else None
+        if own is None or twin is None:
+            return own if twin is None else twin
+        return min(own, twin)
 
     # --- the predictor ------------------------------------------------------------------
     def predict(self, rows: list[list[float]]) -> Served | None:

@@ -45,6 +45,8 @@ class RequestRecord:
     p90_ttft_ms: float | None = None  # the quantile model's prediction, when there is one
     p90_tpot_ms: float | None = None
     trained_samples: int = 0  # samples the trainer had accepted when this was routed
+    twin_ttft_ms: float | None = None  # the twin learner's prediction for the chosen pod
+    twin_tpot_ms: float | None = None
     error: str | None = None
     dispatched_s: float | None = None  # sent to its pod (after any wait in the gateway)
 
@@ -209,3 +211,27 @@ def prediction_summary(
         "ttft_p90_coverage_after": coverage(pairs(after, "p90_ttft_ms", "pod_ttft_ms")),
         "tpot_p90_coverage_after": coverage(pairs(after, "p90_tpot_ms", "tpot_ms")),
     }
+
+
+def twin_summary(records: Sequence[RequestRecord], *, after_samples: int) -> dict:
+    """The routing model against a twin learner that saw the same samples (run_lab's
+    ``llmd_twin``): both MAPEs over the same requests, those routed once the trainer had
+    ``after_samples`` samples for which both predicted the chosen pod, and their ratio
+    (routing model / twin; issue 15 done-means 1 asks <= 0.7)."""
+    both = [
+        r for r in records
+        if r.status == OK and r.trained_samples >= after_samples
+        and r.predicted_ttft_ms is not None and r.twin_ttft_ms is not None
+    ]  # fmt: skip
+    out: dict[str, float | int | None] = {"requests": len(both)}
+    for target, actual in (("ttft", "pod_ttft_ms"), ("tpot", "tpot_ms")):
+        ours = [(getattr(r, f"predicted_{target}_ms"), getattr(r, actual)) for r in both]
+        twin = [(getattr(r, f"twin_{target}_ms"), getattr(r, actual)) for r in both]
+        keep = [i for i, (o, t) in enumerate(zip(ours, twin, strict=True))
+                if o[0] is not None and t[0] is not None and o[1] is not None]  # fmt: skip
+        a = mape([ours[i] for i in keep])
+        b = mape([twin[i] for i in keep])
+        out[f"{target}_mape_after"] = a
+        out[f"twin_{target}_mape_after"] = b
+        out[f"{target}_ratio"] = round(a / b, 3) if a is not None and b else None
+    return out

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from bench.lab.config import POLICY_TRAINER_DEFAULTS, LabConfig
+from bench.lab.config import LLMD_PREDICTED, POLICY_TRAINER_DEFAULTS, LabConfig
 from bench.lab.learning import OnlineLearner
 from bench.lab.oracle import check_policies, routing_profile
 from bench.lab.regret import RegretProbe, default_regret_samples, regret_summary
-from bench.lab.report import latency_stats, prediction_summary, summarize
+from bench.lab.report import latency_stats, prediction_summary, summarize, twin_summary
 from bench.lab.simulation import LabSimulation
 from bench.lab.timeline import mape_timeline
 from bench.traces import Trace, read_trace
@@ -134,6 +134,13 @@ def run_lab(
             publish_delay_s=config.publish_delay_s,
             predictor_objective=objective,
         )
+        if config.llmd_twin:  # llmd-predicted's learner as its own run would have it
+            learner.twin = OnlineLearner(
+                trainer_settings(replace(config, policy=LLMD_PREDICTED)),
+                interval_s=interval,
+                publish_delay_s=config.publish_delay_s,
+                predictor_objective=objective,
+            )
     n_regret = config.regret_samples
     if n_regret is None:
         n_regret = default_regret_samples(len(trace))
@@ -219,6 +226,15 @@ def _prediction(
         return dict.fromkeys(keys)
     out = prediction_summary(records, after_samples=config.mape_after)
     out["mape_timeline"] = mape_timeline(records, shift_index=shift_index)
+    if learner.twin is not None:
+        twin = learner.twin
+        out["llmd_twin"] = {
+            **twin_summary(records, after_samples=config.mape_after),
+            "feature_set": twin.settings.feature_set,
+            "point_loss": twin.settings.point_loss,
+            "model_versions": twin.promoted,
+            "samples": twin.samples,
+        }
     out["shifts_detected"] = learner.shifts
     return {
         "ttft_mape": out.pop("ttft_mape"),

@@ -342,6 +342,10 @@ class LabSimulation:
             predicted_ttft_ms=rec.predicted_ttft_ms, predicted_tpot_ms=rec.predicted_tpot_ms,
         )  # fmt: skip
         self.learner.offer(sample, now)  # type: ignore[union-attr]
+        twin = self.learner.twin  # type: ignore[union-attr]
+        if twin is not None:  # the same sample, with the twin's own predictions
+            twin.offer(replace(sample, model_version=None, predicted_ttft_ms=rec.twin_ttft_ms,
+                               predicted_tpot_ms=rec.twin_tpot_ms), now)  # fmt: skip
 
     # --- the gateway --------------------------------------------------------------------
     def _arrive(self, req: TraceRequest, rec: RequestRecord, now: float) -> None:
@@ -590,6 +594,11 @@ class LabSimulation:
             rec.p90_ttft_ms, rec.p90_tpot_ms = learner.quantile_row(row)  # type: ignore[union-attr]
         if learner is not None:
             rec.trained_samples = learner.samples
+            twin = learner.twin
+            if twin is not None and p.preds is not None:
+                served = twin.predict([row])
+                if served is not None:
+                    rec.twin_ttft_ms, rec.twin_tpot_ms = served.ttft_ms[0], served.tpot_ms[0]
         self._open[p.rid] = _Open(rec, row)
         if pod.driver.kick(now):
             self._schedule_step(pod)

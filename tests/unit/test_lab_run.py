@@ -128,6 +128,31 @@ def test_learning_policy_trains_and_predicts(mooncake):
     assert p["trainer_objective"] == "both" and p["train_interval_s"] == 1.0
 
 
+def test_the_llmd_twin_learns_from_the_same_samples_and_never_routes(mooncake):
+    """--llmd-twin: llmd-predicted's learner, fed the run's own samples, predicts the chosen
+    pod beside the routing model; both MAPEs are read over the same requests. The routing
+    is the run's without the twin, request by request."""
+    kw = {"policy": "headroom-learned", "mape_after": 30, "regret_samples": 0}
+    plain, twinned = [], []
+    a = run_lab(cfg(mooncake, **kw), records_out=plain)
+    b = run_lab(cfg(mooncake, **kw, llmd_twin=True), records_out=twinned)
+    assert [(r.pod, r.first_token_s) for r in plain] == [(r.pod, r.first_token_s) for r in twinned]
+    assert a["prediction"]["ttft_mape"] == b["prediction"]["ttft_mape"]
+    assert "llmd_twin" not in a["prediction"]
+    t = b["prediction"]["llmd_twin"]
+    assert (t["feature_set"], t["point_loss"]) == ("v1", "squared")
+    assert t["samples"] == b["prediction"]["samples"] and t["model_versions"] >= 1
+    both = [r for r in twinned if r.trained_samples >= 30 and r.twin_ttft_ms is not None
+            and r.predicted_ttft_ms is not None]  # fmt: skip
+    assert t["requests"] == len(both) > 0
+    # the twin's own predictions, not a copy of the routing model's
+    assert any(r.twin_ttft_ms != r.predicted_ttft_ms for r in both)
+    assert t["ttft_ratio"] == pytest.approx(t["ttft_mape_after"] / t["twin_ttft_mape_after"],
+                                            abs=1e-3)  # fmt: skip
+    assert t["tpot_ratio"] == pytest.approx(t["tpot_mape_after"] / t["twin_tpot_mape_after"],
+                                            abs=1e-3)  # fmt: skip
+
+
 def test_heuristic_policy_has_null_prediction(azure):
     r = run_lab(cfg(azure, policy="gie-default"))
     assert r["trace_format"] == "azure"
