@@ -40,39 +40,16 @@ Every decode step reads the KV cache of every sequence in the batch, so a reques
 a pod holding far more context than the others decodes slower there for all of its ``m``
 steps. Only the excess over the fleet's mean counts (on an evenly spread fleet nothing is
 priced, whatever the absolute context), and only beyond ``decodeSlack`` x the mean pod's TPOT
-in context tokens (0.25: where the pod's TPOT would run more than 25% above the mean pod's on
+in context tokens (0.1: where the pod's TPOT would run more than 10% above the mean pod's on
 the learned line ``tpot = k (free + ctx)``) and ``decodeFree`` x the free context (an absolute
 allowance). A cached prompt costs no prefill but still costs every decode step: without this,
 requests for a few hot documents piled onto the pods holding them (every hit was a cheap
-TTFT) until their decode batches ran several times slower than the other pods' (the routing
-lab's rag-hot-a: TPOT p90 2x the best baseline's). The delay a request's context adds to the
-others decoding beside it is not priced: measured, that term moved long prompts off the pods
-holding their cache on every long-prompt workload and cost TTFT, TPOT and E2E there
-(docs/benchmarks.md "Session 20"). `headroom` ships ``decodeWeight`` 1 and ``decodeSlack``
-0.1 (session 24). Charging ``max_tokens`` steps (session 21) made `train` far worse with
-clients that send a fixed large budget (4096); with the measured share fixed budgets no
-longer hurt. Session 22 shipped half the weight and a 25% slack (at weight 1 and that slack
-one request sent to start a cold copy of a document drew the next requests for it to queue
-behind that prefill: rag-a TTFT p90 +36-41%); with them the pods holding the largest hot
-documents still decoded ~1.4x slower than the mean pod, since only the excess beyond the
-slack was priced against a cold prefill. Weight 1 with a 10% slack passed its rules on
-`train` and on the fresh `holdout6` (TTFT p90 geomean 1.0200x, at the rule's edge); it trades
-long-document and agentic TTFT and TPOT for the hot documents' TPOT (docs/benchmarks.md
-"Session 24").
-``decodeRate: damage`` prices the decode seconds at ``decodeWeight`` x the damage weight;
-``decodeConfirm`` prices a pod only while its measured TPOT (``tpot_s``) also runs
-``decodeSlack`` above the pods' mean; neither passed its rule (both off). ``decodeDrain``
-counts each request in flight only for the share of the request's steps it is expected to
-still decode (``Candidate.decode_left``): it cut rag-a@1.2's TTFT p90 by 36% but failed its
-rule (session 23), because the pods holding hot documents keep receiving requests, so their
-context does not drain (rag-hot-a TPOT p90 +75-78% at loads 0.8 / 1.2): off.
-``damageShare`` scales the learned damage weight's typical answer (``max_tokens``, until 100
-answers are measured) by the measured budget share: with fixed 4096-token budgets the weight
-otherwise sits at its floor for most of a run. It fixed `train` at 4096 (8 -> 4 failing
-checks) but missed its rule's TTFT bar on `holdout4` (1.013x): off.
-``hopelessDecode: false`` leaves a hopeless request's own decode unpriced (its TTFT SLO is lost
-wherever it goes): on `train` +1.9 points of SLO attainment, but the sacrificed requests'
-TTFT p99 1.21x and one more failing check (session 24): on (priced).
+TTFT) until their decode batches ran several times slower than the other pods'. The delay a
+request's context adds to the others decoding beside it is not priced (measured, that term
+moved long prompts off the pods holding their cache). The variants (``decodeRate``,
+``decodeConfirm``, ``decodeDrain``, ``damageShare``, ``hopelessDecode``), what `headroom`
+ships and the measurements behind each choice, including the options that failed their
+rules, are in docs/scheduling.md "The decode price" and the parameter table there.
 
 With ``latency: predicted`` and ``shortlist: N``, the predicted costs rank only the N pods of
 least *estimated* cost (the same formulas with the cost model's own TTFT); the others rank
