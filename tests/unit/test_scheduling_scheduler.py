@@ -235,6 +235,30 @@ def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
     assert run("headroom", pods, req(ttft=300)).chosen == 2  # the shipped bound is 10 (14 s)
 
 
+def test_hopeless_max_wait_s_bounds_the_wait_in_seconds_beside_the_multiple():
+    # own TTFT 1.4 / 20.4 / 3.4 s: 10 x the best lets pod 1 (the sink) in at 14 s no more,
+    # but lets pod 2 in; 1.5 s above the best leaves only pod 0, 2.5 s pods 0 and 2
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    pods = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
+            P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
+
+    def ranked(**kw):
+        sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, **kw)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        d = sched.schedule(req(ttft=300), rows_of(pods), None, now=0.0, rng=random.Random(0))
+        assert d.notes["latency-cost-scorer"] == "hopeless"
+        return d.ranked
+
+    assert ranked(hopelessMaxWaitS=0.0)[0] == 1  # off: the sink
+    assert ranked(hopelessMaxWaitS=30.0)[0] == 1  # 20.4 s is within 1.4 + 30
+    assert ranked(hopelessMaxWaitS=2.5) == [2, 0, 1]
+    assert ranked(hopelessMaxWaitS=1.5) == [0, 2, 1]
+    # both set: the tighter one holds (10 x 1.4 = 14 s would let pod 2 in, 1.5 s does not)
+    assert ranked(hopelessMaxDelay=10.0, hopelessMaxWaitS=1.5) == [0, 2, 1]
+    assert ranked(hopelessMaxDelay=2.0, hopelessMaxWaitS=30.0) == [0, 2, 1]
+
+
 def test_slo_headers_beat_prefix_affinity_in_llmd_only_after_affinity():
     # pod 0 holds the whole prefix but decodes too slowly for the TPOT SLO
     pods = [P(prefix=1.0, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]

@@ -18,9 +18,10 @@ fewest protected decodes:
 
     cost_i   = protected_i x service_i + hopelessLatencyWeight x own_i
 
-among the pods where ``own_i <= hopelessMaxDelay x min own`` (when set; the others rank
-after them by own TTFT), so a sacrificed request waits at most that multiple of what the
-fastest pod would give it and no pod becomes a sink of ever longer waits.
+among the pods where ``own_i <= hopelessMaxDelay x min own`` and ``own_i <= min own +
+hopelessMaxWaitS`` (each when set; the others rank after them by own TTFT), so a sacrificed
+request waits at most that multiple of, or that many seconds beyond, what the fastest pod would
+give it and no pod becomes a sink of ever longer waits.
 
 With ``decodeWeight`` > 0 every cost also carries the decode time the request would lose on a
 pod whose decode batch reads more context than the fleet's (``k_i``: decode seconds per step
@@ -150,6 +151,9 @@ class LatencyCostScorer(Scorer):
         Param("hopelessMaxDelay", float, 0.0, "A hopeless request goes only to pods where its "
               "own TTFT is at most this multiple of its least own TTFT over the pods (bounds "
               "the sacrificed requests' wait; 0: no bound)", lo=0.0, hi=1000.0),
+        Param("hopelessMaxWaitS", float, 0.0, "A hopeless request goes only to pods where its "
+              "own TTFT is at most this many seconds above its least own TTFT over the pods "
+              "(with hopelessMaxDelay: both bounds; 0: no bound)", lo=0.0, hi=100_000.0),
         Param("damageAdapt", bool, False, "Learn the damage weight online instead of "
               "damageWeight: damageKappa x typical own prefill / typical decode time, both "
               "measured from the requests scheduled"),
@@ -194,6 +198,7 @@ class LatencyCostScorer(Scorer):
         self.sacrifice: bool = params["sacrificeHopeless"]
         self.hopeless_own: float = params["hopelessLatencyWeight"]
         self.max_delay: float = params["hopelessMaxDelay"]
+        self.max_wait_s: float = params["hopelessMaxWaitS"]
         self.adapt: bool = params["damageAdapt"]
         self.kappa: float = params["damageKappa"]
         self.damage_share: bool = params["damageShare"]
@@ -298,10 +303,15 @@ class LatencyCostScorer(Scorer):
                 p.candidate.protected_decodes * p.service_s + self.hopeless_own * o
                 for p, o in zip(pods, own, strict=True)
             ]
-            if self.max_delay > 0:
-                # never more than max_delay x the best own TTFT: pods beyond rank after every
-                # pod within, by own TTFT (no pod becomes a sink of ever longer waits)
-                bound = self.max_delay * min(own)
+            if self.max_delay > 0 or self.max_wait_s > 0:
+                # never more than max_delay x the best own TTFT, nor max_wait_s above it: pods
+                # beyond rank after every pod within, by own TTFT (no pod becomes a sink of
+                # ever longer waits)
+                best = min(own)
+                bound = min(
+                    self.max_delay * best if self.max_delay > 0 else float("inf"),
+                    best + self.max_wait_s if self.max_wait_s > 0 else float("inf"),
+                )
                 top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
                 costs = [
                     c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)
