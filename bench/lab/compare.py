@@ -101,6 +101,23 @@ def table_markdown(results: Sequence[dict]) -> str:
             f"| {fmt_cell(p.get('ttft_mape'), pct=True)} | {fmt_cell(p.get('tpot_mape'), pct=True)} "
             f"| {fmt_cell(r['wall_seconds'], 1)} |"
         )
+    twins = [r for r in results if ((r.get("prediction") or {}).get("llmd_twin"))]
+    if twins:  # --llmd-twin: both models over the same requests
+        lines += [
+            "",
+            "| load | policy | requests scored | TTFT MAPE after | llm-d twin | ratio "
+            "| TPOT MAPE after | llm-d twin | ratio |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in twins:
+            t = r["prediction"]["llmd_twin"]
+            lines.append(
+                f"| {r['load']:g} | {r['policy']} | {t['requests']:,} "
+                f"| {fmt_cell(t['ttft_mape_after'], pct=True)} "
+                f"| {fmt_cell(t['twin_ttft_mape_after'], pct=True)} | {fmt_cell(t['ttft_ratio'], 2)} "
+                f"| {fmt_cell(t['tpot_mape_after'], pct=True)} "
+                f"| {fmt_cell(t['twin_tpot_mape_after'], pct=True)} | {fmt_cell(t['tpot_ratio'], 2)} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -151,6 +151,10 @@ def test_the_llmd_twin_learns_from_the_same_samples_and_never_routes(mooncake):
                                             abs=1e-3)  # fmt: skip
     assert t["tpot_ratio"] == pytest.approx(t["tpot_mape_after"] / t["twin_tpot_mape_after"],
                                             abs=1e-3)  # fmt: skip
+    # lab compare's table gains the two models side by side, only when a run had the twin
+    table = table_markdown([{**a, "load": 1.0}, {**b, "load": 1.0}])
+    assert "llm-d twin" in table and f"| {t['ttft_ratio']:.2f} |" in table
+    assert "llm-d twin" not in table_markdown([{**a, "load": 1.0}])
 
 
 def test_heuristic_policy_has_null_prediction(azure):
