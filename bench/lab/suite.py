@@ -420,6 +420,48 @@ HOLDOUT7: tuple = (
     ), rate_rps=6.0), seed=9407, requests=1000, note="agents, documents and multi-turn chat"),
 )  # fmt: skip
 
+# an eighth fresh set (session 25), committed before any candidate ran on it, for the candidate
+# after the one holdout7 judges; the same kinds of traffic with other parameters and seeds;
+# read once per candidate and never tuned on.
+HOLDOUT8: tuple = (
+    WorkloadSpec("rag-j", Rag(
+        documents=9, document=LogNormal(26_000, 80_000, 8_000, 115_000), zipf=0.95,
+        docs_per_request=1, system_tokens=448, question=LogNormal(90, 280, 10, 680),
+        output=LogNormal(140, 380, 20, 600), arrival=Arrival("poisson", 1.7)),
+        seed=9601, requests=500, note="long documents"),
+    WorkloadSpec("rag-hot-j", Rag(
+        documents=3, document=LogNormal(14_000, 32_000, 5_000, 42_000), zipf=0.6,
+        docs_per_request=1, system_tokens=896, question=LogNormal(50, 170, 5, 450),
+        output=LogNormal(200, 500, 20, 820), arrival=Arrival("gamma", 1.2, cv=1.3)),
+        seed=9602, requests=500, note="three hot documents in gamma bursts"),
+    WorkloadSpec("chat-j", Chat(
+        prompt=LogNormal(750, 2000, 300, 3000), output=LogNormal(300, 620, 50, 800),
+        arrival=Arrival("gamma", 18.0, cv=1.6)), seed=9603, requests=1000,
+        note="short chat in gamma bursts"),
+    WorkloadSpec("multiturn-j", MultiTurn(
+        system_prompts=4, system_tokens=1280, turns=4.5, first=LogNormal(600, 1800, 50, 4000),
+        message=LogNormal(140, 480, 10, 1900), output=LogNormal(240, 620, 20, 1000),
+        think_s=20.0, max_context=32768, arrival=Arrival("poisson", 1.0)),
+        seed=9604, requests=1000),
+    WorkloadSpec("agentic-j", Agentic(
+        agents=5, system_tokens=3072, calls=6.5, call_gap_s=0.3,
+        step=LogNormal(260, 1000, 10, 4000), carry=True, output=LogNormal(60, 200, 5, 480),
+        max_context=32768, arrival=Arrival("onoff", 0.9, on_s=8.0, off_s=10.0)),
+        seed=9605, requests=1000, note="agent sessions starting in on/off bursts"),
+    WorkloadSpec("code-j", Code(
+        repos=6, zipf=0.9, prompt=LogNormal(2600, 7500, 500, 12_000), share_prob=0.75,
+        shared_fraction=0.6, output=LogNormal(18, 55, 1, 120), arrival=Arrival("poisson", 20.0)),
+        seed=9606, requests=1000),
+    WorkloadSpec("mix-j", Mix(parts=(
+        (0.35, Rag(documents=4, document=LogNormal(16_000, 40_000, 5_000, 50_000), zipf=0.7,
+                   docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                   output=LogNormal(180, 460, 20, 780))),
+        (0.25, Code(repos=5, zipf=0.95, prompt=LogNormal(2800, 7500, 500, 12_000),
+                    share_prob=0.7, shared_fraction=0.6, output=LogNormal(16, 50, 1, 120))),
+        (0.4, Chat(prompt=LogNormal(900, 2300, 300, 3000), output=LogNormal(220, 520, 50, 800))),
+    ), rate_rps=6.0), seed=9607, requests=1000, note="hot documents, code and chat"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -436,6 +478,7 @@ SUITES: dict[str, tuple] = {
     "holdout5": HOLDOUT5,
     "holdout6": HOLDOUT6,
     "holdout7": HOLDOUT7,
+    "holdout8": HOLDOUT8,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")
