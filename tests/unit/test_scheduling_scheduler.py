@@ -171,6 +171,30 @@ def test_learned_damage_weight_reads_the_measured_answer_length_not_the_budget()
     assert learned(200, 120.0) == pytest.approx(exact, rel=0.05)
 
 
+def test_shipped_headroom_scales_fixed_budgets_by_the_measured_share():
+    """`headroom` ships damageShare (session 25, rule 6: holdout7 at 4096-token budgets 9 -> 3
+    attainable failing checks, identical with exact budgets): with clients sending 4096 and
+    the first answers using 200 of it, the learned damage weight is the one exact budgets give,
+    not 200 / 4096 of it. `headroom-learned` keeps it off (not judged for it)."""
+
+    def learned(profile, max_tokens, share):
+        sched = CFG.scheduler(profile)
+        sc = next(p for p in sched.plugins if type(p).__name__ == "LatencyCostScorer")
+        pods = [P(service=0.5, tpot_s=0.02, budget_share=share, pred=(500, 20)),
+                P(service=1.0, tpot_s=0.03, budget_share=share, pred=(1000, 30))]  # fmt: skip
+        rows = rows_of(pods)
+        for _ in range(500):
+            sched.schedule(req(max_tokens=max_tokens), rows, predictions_of(pods), now=0.0,
+                           rng=random.Random(0))  # fmt: skip
+        return sc.damage_weight()
+
+    exact = learned("headroom", 200, 1.0)
+    assert learned("headroom", 4096, 200 / 4096) == pytest.approx(exact, rel=0.05)
+    assert learned("headroom-learned", 4096, 200 / 4096) == pytest.approx(
+        learned("headroom-learned", 200, 1.0) * 200 / 4096, rel=0.05
+    )
+
+
 def test_learned_damage_weight_reads_the_measured_tpot_without_predictions():
     """headroom does not ask the predictors for most requests: the typical TPOT comes from
     the pod view's measured TPOT (the least over the pods), which wins over a prediction."""
