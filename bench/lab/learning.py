@@ -172,9 +172,8 @@ class OnlineLearner:
     def next_install(self) -> float | None:
         own = self._pending[0][0] if self._pending else None
         twin = self.twin.next_install() if self.twin is not None else None
-        if own is None or twin is None:
-            return own if twin is None else twin
-        return min(own, twin)
+        due = [t for t in (own, twin) if t is not None]
+        return min(due) if due else None
 
     # --- the predictor ------------------------------------------------------------------
     def predict(self, rows: list[list[float]]) -> Served | None:

@@ -182,6 +182,16 @@ def summarize(
     }
 
 
+def _pairs(rs: Sequence[RequestRecord], pred: str, actual: str) -> list[tuple[float, float]]:
+    """(prediction, what happened) of the records that have both."""
+    out = []
+    for r in rs:
+        p, y = getattr(r, pred), getattr(r, actual)
+        if p is not None and y is not None:
+            out.append((p, y))
+    return out
+
+
 def prediction_summary(
     records: Sequence[RequestRecord], *, after_samples: int
 ) -> dict[str, float | int | None]:
@@ -191,25 +201,16 @@ def prediction_summary(
     TTFT is compared from the dispatch to the pod (what the models predict)."""
     done = [r for r in records if r.status == OK and r.predicted_ttft_ms is not None]
     after = [r for r in done if r.trained_samples >= after_samples]
-
-    def pairs(rs: Sequence[RequestRecord], pred: str, actual: str):
-        out = []
-        for r in rs:
-            p, y = getattr(r, pred), getattr(r, actual)
-            if p is not None and y is not None:
-                out.append((p, y))
-        return out
-
     return {
-        "ttft_mape": mape(pairs(done, "predicted_ttft_ms", "pod_ttft_ms")),
-        "tpot_mape": mape(pairs(done, "predicted_tpot_ms", "tpot_ms")),
+        "ttft_mape": mape(_pairs(done, "predicted_ttft_ms", "pod_ttft_ms")),
+        "tpot_mape": mape(_pairs(done, "predicted_tpot_ms", "tpot_ms")),
         "predicted_requests": len(done),
         "after_samples": after_samples,
         "requests_after": len(after),
-        "ttft_mape_after": mape(pairs(after, "predicted_ttft_ms", "pod_ttft_ms")),
-        "tpot_mape_after": mape(pairs(after, "predicted_tpot_ms", "tpot_ms")),
-        "ttft_p90_coverage_after": coverage(pairs(after, "p90_ttft_ms", "pod_ttft_ms")),
-        "tpot_p90_coverage_after": coverage(pairs(after, "p90_tpot_ms", "tpot_ms")),
+        "ttft_mape_after": mape(_pairs(after, "predicted_ttft_ms", "pod_ttft_ms")),
+        "tpot_mape_after": mape(_pairs(after, "predicted_tpot_ms", "tpot_ms")),
+        "ttft_p90_coverage_after": coverage(_pairs(after, "p90_ttft_ms", "pod_ttft_ms")),
+        "tpot_p90_coverage_after": coverage(_pairs(after, "p90_tpot_ms", "tpot_ms")),
     }
 
 
@@ -225,12 +226,10 @@ def twin_summary(records: Sequence[RequestRecord], *, after_samples: int) -> dic
     ]  # fmt: skip
     out: dict[str, float | int | None] = {"requests": len(both)}
     for target, actual in (("ttft", "pod_ttft_ms"), ("tpot", "tpot_ms")):
-        ours = [(getattr(r, f"predicted_{target}_ms"), getattr(r, actual)) for r in both]
-        twin = [(getattr(r, f"twin_{target}_ms"), getattr(r, actual)) for r in both]
-        keep = [i for i, (o, t) in enumerate(zip(ours, twin, strict=True))
-                if o[0] is not None and t[0] is not None and o[1] is not None]  # fmt: skip
-        a = mape([ours[i] for i in keep])
-        b = mape([twin[i] for i in keep])
+        ours, twin = f"predicted_{target}_ms", f"twin_{target}_ms"
+        scored = [r for r in both if getattr(r, ours) is not None and getattr(r, twin) is not None]
+        a = mape(_pairs(scored, ours, actual))
+        b = mape(_pairs(scored, twin, actual))
         out[f"{target}_mape_after"] = a
         out[f"twin_{target}_mape_after"] = b
         out[f"{target}_ratio"] = round(a / b, 3) if a is not None and b else None

@@ -238,41 +238,39 @@ def test_headroom_sends_a_hopeless_request_where_it_harms_the_fewest():
     assert run("headroom", pods, req(ttft=1500, queued_s=0.7)).chosen == 1
 
 
-def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
-    # pod 1 harms nobody but has 20 s queued: a sink. Unbounded, the hopeless request goes
-    # there anyway; with hopelessMaxDelay 3 only pods within 3 x 1.4 s of own TTFT qualify
+# pod 1 harms nobody but has 20 s queued: a sink (own TTFT 1.4 / 20.4 / 3.4 s)
+SINK_PODS = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
+             P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
+
+
+def hopeless_ranking(**params) -> list[int]:
+    """The pods of SINK_PODS in the order a latency-cost-scorer with ``params`` ranks them
+    for a request whose 300 ms TTFT SLO no pod can meet."""
     from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 
-    pods = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
-            P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
+    sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, **params)
+    sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+    d = sched.schedule(req(ttft=300), rows_of(SINK_PODS), None, now=0.0, rng=random.Random(0))
+    assert d.notes["latency-cost-scorer"] == "hopeless"
+    return d.ranked
 
+
+def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
+    # Unbounded, the hopeless request goes to the sink anyway; with hopelessMaxDelay 3 only
+    # pods within 3 x 1.4 s of own TTFT qualify
     def chosen(max_delay):
-        sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, hopelessMaxDelay=max_delay)
-        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
-        d = sched.schedule(req(ttft=300), rows_of(pods), None, now=0.0, rng=random.Random(0))
-        assert d.notes["latency-cost-scorer"] == "hopeless"
-        return d.ranked
+        return hopeless_ranking(hopelessMaxDelay=max_delay)
 
     assert chosen(0.0)[0] == 1
     assert chosen(3.0) == [2, 0, 1]  # the sink ranks last
     assert chosen(1.0) == [0, 2, 1]  # only the fastest pod qualifies
-    assert run("headroom", pods, req(ttft=300)).chosen == 2  # the shipped bound is 10 (14 s)
+    assert run("headroom", SINK_PODS, req(ttft=300)).chosen == 2  # the shipped bound: 10 (14 s)
 
 
 def test_hopeless_max_wait_s_bounds_the_wait_in_seconds_beside_the_multiple():
     # own TTFT 1.4 / 20.4 / 3.4 s: 10 x the best lets pod 1 (the sink) in at 14 s no more,
     # but lets pod 2 in; 1.5 s above the best leaves only pod 0, 2.5 s pods 0 and 2
-    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
-
-    pods = [P(backlog=1.0, service=0.4, protected=30), P(backlog=20.0, service=0.4, protected=0),
-            P(backlog=3.0, service=0.4, protected=8)]  # fmt: skip
-
-    def ranked(**kw):
-        sc = LatencyCostScorer.create(hopelessLatencyWeight=0.1, **kw)
-        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
-        d = sched.schedule(req(ttft=300), rows_of(pods), None, now=0.0, rng=random.Random(0))
-        assert d.notes["latency-cost-scorer"] == "hopeless"
-        return d.ranked
+    ranked = hopeless_ranking
 
     assert ranked(hopelessMaxWaitS=0.0)[0] == 1  # off: the sink
     assert ranked(hopelessMaxWaitS=30.0)[0] == 1  # 20.4 s is within 1.4 + 30
