@@ -501,6 +501,7 @@ def run_versus_cli(argv: list[str]) -> int:
         cells,
         versus_cells,
         versus_cells_markdown,
+        versus_failures_markdown,
         versus_reference,
         versus_reference_markdown,
     )
@@ -519,6 +520,13 @@ def run_versus_cli(argv: list[str]) -> int:
                    "baselines of a run whose other policies another directory replaces)")  # fmt: skip
     p.add_argument("--reference", default="headroom", help="the profile to compare against")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--failures",
+        action="store_true",
+        help="also each policy's failing "
+        "checks of done-means 1, one line per check (in --json always: each "
+        "policy's `failures`)",
+    )
     p.add_argument("--cells", action="store_true", help="also each cell both ran: TTFT p90, "
                    "TPOT p90, E2E p90 and attainment, the reference's and the candidate's "
                    "(with --json: {policies, cells})")  # fmt: skip
@@ -565,6 +573,8 @@ def run_versus_cli(argv: list[str]) -> int:
                          indent=1))  # fmt: skip
     else:
         print(versus_reference_markdown(rows, args.reference), end="")
+        if args.failures:
+            print("\n" + versus_failures_markdown(rows), end="")
         if per_cell is not None:
             print("\n" + versus_cells_markdown(per_cell, args.reference), end="")
     return 0

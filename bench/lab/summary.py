@@ -484,8 +484,27 @@ def versus_reference(
                if r[pol].get("attainment") is not None
                and r[reference].get("attainment") is not None]  # fmt: skip
         row["attainment_pts"] = round(100 * sum(att) / len(att), 2) if att else None
+        row["failures"] = dm["failures"]
         out.append(row)
     return out
+
+
+def versus_failures_markdown(rows: Sequence[dict]) -> str:
+    """Each policy's failing checks from :func:`versus_reference`, one line per check:
+    the cell, the check, the policy's value against the best baseline's (or gie-default's
+    and the attainment points, for a lead check) and why when no router can pass it."""
+    lines = ["| policy | workload | load | check | value | best | vs | ratio | points | why |",
+             "|---|---|---:|---|---:|---:|---|---:|---:|---|"]  # fmt: skip
+    for r in rows:
+        for f in r.get("failures", []):
+            pts, ratio = f.get("points"), f.get("ratio")
+            lines.append(
+                f"| {r['policy']} | {f['workload']} | {f['load']:g} | {f['check']} "
+                f"| {fmt_cell(f['value'])} | {fmt_cell(f['best'])} | {f['vs']} "
+                f"| {'–' if ratio is None else f'{ratio:.3f}'} "
+                f"| {'–' if pts is None else f'{pts:+.1f}'} | {f.get('unattainable') or ''} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 CELL_METRICS = ("ttft_p90", "tpot_p90", "e2e_p90", "attainment")

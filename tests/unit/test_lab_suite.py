@@ -45,6 +45,7 @@ from bench.lab.summary import (
     summary_markdown,
     versus_cells,
     versus_cells_markdown,
+    versus_failures_markdown,
     versus_markdown,
     versus_reference,
     versus_reference_markdown,
@@ -481,6 +482,12 @@ def test_versus_reference_scores_each_candidate_against_the_shipped_profile():
              for f in done_means_1(cells(rs), policy="cand")["failures"]}  # fmt: skip
     assert ("v", 1.2, "tpot_p90") in fails and ("w", 0.8, "ttft_p90") not in fails
     assert "| cand | 3 |" in versus_reference_markdown(list(rows.values()), "headroom")
+    # each row carries its failing checks, listed one per line (what a rule's table quotes)
+    assert c["failures"] == done_means_1(cells(rs), policy="cand")["failures"]
+    listed = versus_failures_markdown(list(rows.values()))
+    assert listed.count("| cand |") == len(c["failures"]) == 5
+    assert listed.count("| headroom |") == len(h["failures"])
+    assert "| cand | v | 1.2 | tpot_p90 <= 1.1x best | 20 | 10 |" in listed
     with pytest.raises(ValueError, match="did not run"):
         versus_reference(cells(rs), "headroom-s19")
     # cell by cell: the candidate's values beside the reference's, only the candidate's rows
@@ -718,6 +725,10 @@ def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_
     assert len(both["cells"]) == 3 and all(c["policy"] == "cand" for c in both["cells"])
     assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "cand"), "--cells"]) == 0
     assert "| cand | w | 0.8 |" in capsys.readouterr().out
+    assert cli(["lab", "versus", str(tmp_path / "base"), str(tmp_path / "cand"),
+                "--failures"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.count("| cand | ") == 1 + rows["cand"]["failing"]  # its row and each check
     assert rows["cand"]["attainable"] == rows["headroom"]["attainable"]
     # the same policy's runs in two directories: refused, not silently merged
     (tmp_path / "again").mkdir()
