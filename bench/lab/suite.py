@@ -462,6 +462,48 @@ HOLDOUT8: tuple = (
     ), rate_rps=6.0), seed=9607, requests=1000, note="hot documents, code and chat"),
 )  # fmt: skip
 
+# session 26: a fresh set for the candidate after the one holdout8 judged (rule 8, the gate);
+# committed before any candidate ran on it
+HOLDOUT9: tuple = (
+    WorkloadSpec("rag-k", Rag(
+        documents=7, document=LogNormal(32_000, 90_000, 9_000, 120_000), zipf=1.05,
+        docs_per_request=1, system_tokens=640, question=LogNormal(70, 240, 10, 620),
+        output=LogNormal(130, 360, 20, 640), arrival=Arrival("gamma", 1.5, cv=1.2)),
+        seed=9701, requests=500, note="long documents in gamma bursts"),
+    WorkloadSpec("rag-hot-k", Rag(
+        documents=5, document=LogNormal(12_000, 30_000, 4_000, 40_000), zipf=0.5,
+        docs_per_request=1, system_tokens=640, question=LogNormal(70, 220, 5, 520),
+        output=LogNormal(170, 430, 20, 750), arrival=Arrival("poisson", 1.3)),
+        seed=9702, requests=500, note="five hot documents"),
+    WorkloadSpec("chat-k", Chat(
+        prompt=LogNormal(900, 2300, 300, 3000), output=LogNormal(200, 520, 50, 800),
+        arrival=Arrival("onoff", 20.0, on_s=5.0, off_s=6.0)), seed=9703, requests=1000,
+        note="short chat in on/off bursts"),
+    WorkloadSpec("multiturn-k", MultiTurn(
+        system_prompts=2, system_tokens=1536, turns=5.0, first=LogNormal(500, 1600, 50, 4000),
+        message=LogNormal(170, 520, 10, 2000), output=LogNormal(280, 680, 20, 1000),
+        think_s=15.0, max_context=32768, arrival=Arrival("gamma", 1.1, cv=1.5)),
+        seed=9704, requests=1000, note="sessions starting in gamma bursts"),
+    WorkloadSpec("agentic-k", Agentic(
+        agents=3, system_tokens=2304, calls=5.0, call_gap_s=0.4,
+        step=LogNormal(220, 900, 10, 3800), carry=True, output=LogNormal(70, 220, 5, 500),
+        max_context=32768, arrival=Arrival("poisson", 1.1)),
+        seed=9705, requests=1000),
+    WorkloadSpec("code-k", Code(
+        repos=8, zipf=1.1, prompt=LogNormal(2300, 6500, 500, 12_000), share_prob=0.65,
+        shared_fraction=0.55, output=LogNormal(20, 60, 1, 128),
+        arrival=Arrival("gamma", 19.0, cv=1.4)),
+        seed=9706, requests=1000, note="code completion in gamma bursts"),
+    WorkloadSpec("mix-k", Mix(parts=(
+        (0.3, Agentic(agents=3, system_tokens=2048, calls=5.0, call_gap_s=0.4,
+                      step=LogNormal(240, 900, 10, 3500), carry=True,
+                      output=LogNormal(60, 200, 5, 480), max_context=32768)),
+        (0.3, Code(repos=5, zipf=1.0, prompt=LogNormal(2500, 7000, 500, 12_000),
+                   share_prob=0.7, shared_fraction=0.55, output=LogNormal(18, 55, 1, 120))),
+        (0.4, Chat(prompt=LogNormal(800, 2100, 300, 3000), output=LogNormal(240, 560, 50, 800))),
+    ), rate_rps=8.0), seed=9707, requests=1000, note="agents, code and chat"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -479,6 +521,7 @@ SUITES: dict[str, tuple] = {
     "holdout6": HOLDOUT6,
     "holdout7": HOLDOUT7,
     "holdout8": HOLDOUT8,
+    "holdout9": HOLDOUT9,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")
