@@ -4,6 +4,7 @@ docs/scheduling.md documents every plugin and parameter."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -251,14 +252,17 @@ def test_shipped_profiles():
         "max-score-picker",
     ]  # fmt: skip
     f = cfg.flow("headroom")
-    assert (f.enabled, f.max_backlog_s, f.order, f.route_to) == (True, 0.5, "shortest", "any")
+    # the gate at 0.15 s of queued prefill, not the default 0.5: chosen on `train` and judged
+    # once on `holdout8` by rule 8 (session 26, docs/benchmarks.md)
+    assert (f.enabled, f.max_backlog_s, f.order, f.route_to) == (True, 0.15, "shortest", "any")
     learned = cfg.scheduler("headroom-learned")
     assert [type(p).TYPE for p in learned.plugins] == [
         "predicted-latency-producer", "latency-slo-admitter", "latency-cost-scorer",
         "max-score-picker",
     ]  # fmt: skip
     assert learned.scorers[0][0].params["latency"] == "predicted"
-    assert cfg.flow("headroom-learned") == f
+    # headroom-learned keeps the default gate (rule 8 judged only `headroom`'s)
+    assert cfg.flow("headroom-learned") == replace(f, max_backlog_s=0.5)
     with_flow = {p for p in cfg.profiles if cfg.flow(p).enabled}
     assert with_flow == {"headroom", "headroom-learned"}
 
