@@ -281,6 +281,34 @@ def test_hopeless_max_wait_s_bounds_the_wait_in_seconds_beside_the_multiple():
     assert ranked(hopelessMaxDelay=2.0, hopelessMaxWaitS=30.0) == [0, 2, 1]
 
 
+def test_max_own_delay_s_bounds_what_the_prices_cost_a_request_that_is_not_hopeless():
+    """rag-j's case (holdout8, session 26): the pod holding the document with no queue decodes
+    beside a huge context, so the decode price sends the request behind a 17 s prefill
+    elsewhere. maxOwnDelayS ranks pods more than that many seconds above the least own TTFT
+    after the others; off (0) it changes nothing, and a hopeless request keeps its own bounds."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    # own TTFT 0.1 / 17.1 / 2.1 s; context in flight 2.4M / 0 / 2.0M tokens (mean 1.47M): the
+    # decode price of 300 steps is ~28 / 0 / 16 s, so the costs are ~28.1 / 17.1 / 18.1 s
+    pods = [P(service=0.1, protected=16, context=2.4e6, decode_k=1e-7),
+            P(backlog=17.0, service=0.1, protected=4, decode_k=1e-7),
+            P(backlog=2.0, service=0.1, protected=6, context=2.0e6, decode_k=1e-7)]  # fmt: skip
+
+    def ranked(request=None, **params):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, **params)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        rq = request or req(max_tokens=300)
+        return sched.schedule(rq, rows_of(pods), None, now=0.0, rng=random.Random(0)).ranked
+
+    assert ranked()[0] == 1  # unbounded: 17 s of TTFT for a faster decode
+    assert ranked(maxOwnDelayS=0.0) == ranked()
+    assert ranked(maxOwnDelayS=5.0) == [2, 0, 1]  # within 5 s: pod 2, then pod 0
+    assert ranked(maxOwnDelayS=1.0) == [0, 2, 1]  # only the fastest pod qualifies
+    # hopeless (a 50 ms SLO): the bound does not apply, the hopeless rule places it
+    hopeless = req(ttft=50, max_tokens=300)
+    assert ranked(hopeless, maxOwnDelayS=1.0) == ranked(hopeless)
+
+
 def test_slo_headers_beat_prefix_affinity_in_llmd_only_after_affinity():
     # pod 0 holds the whole prefix but decodes too slowly for the TPOT SLO
     pods = [P(prefix=1.0, pred=(100, 40), **BUSY), P(pred=(300, 15), **BUSY)]

@@ -21,7 +21,9 @@ fewest protected decodes:
 among the pods where ``own_i <= hopelessMaxDelay x min own`` and ``own_i <= min own +
 hopelessMaxWaitS`` (each when set; the others rank after them by own TTFT), so a sacrificed
 request waits at most that multiple of, or that many seconds beyond, what the fastest pod would
-give it and no pod becomes a sink of ever longer waits.
+give it and no pod becomes a sink of ever longer waits. Likewise ``maxOwnDelayS`` (when set)
+ranks the pods where ``own_i > min own + maxOwnDelayS`` after the others for a request that is
+not hopeless: what the damage and decode prices may cost its own TTFT is bounded.
 
 With ``decodeWeight`` > 0 every cost also carries the decode time the request would lose on a
 pod whose decode batch reads more context than the fleet's (``k_i``: decode seconds per step
@@ -119,6 +121,13 @@ def _decode_excess_s(
     return c.decode_s_per_token * req.max_tokens * c.budget_share * max(0.0, excess)
 
 
+def _within(costs: list[float], own: list[float], bound: float) -> list[float]:
+    """The costs with every pod whose own TTFT is above ``bound`` ranked after every pod
+    within it, by own TTFT (the pod of least own TTFT is always within)."""
+    top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
+    return [c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)]
+
+
 def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
     """The least TPOT over the pods, in seconds: measured (the pod view's EWMA of finished
     requests) where any pod has one, else predicted when the cycle has predictions."""
@@ -154,6 +163,10 @@ class LatencyCostScorer(Scorer):
         Param("hopelessMaxWaitS", float, 0.0, "A hopeless request goes only to pods where its "
               "own TTFT is at most this many seconds above its least own TTFT over the pods "
               "(with hopelessMaxDelay: both bounds; 0: no bound)", lo=0.0, hi=100_000.0),
+        Param("maxOwnDelayS", float, 0.0, "A request that is not hopeless goes only to pods "
+              "where its own TTFT is at most this many seconds above its least own TTFT over "
+              "the pods (the others rank after them by own TTFT): bounds what the damage and "
+              "decode prices may cost its TTFT (0: no bound)", lo=0.0, hi=100_000.0),
         Param("damageAdapt", bool, False, "Learn the damage weight online instead of "
               "damageWeight: damageKappa x typical own prefill / typical decode time, both "
               "measured from the requests scheduled"),
@@ -199,6 +212,7 @@ class LatencyCostScorer(Scorer):
         self.hopeless_own: float = params["hopelessLatencyWeight"]
         self.max_delay: float = params["hopelessMaxDelay"]
         self.max_wait_s: float = params["hopelessMaxWaitS"]
+        self.max_own_delay_s: float = params["maxOwnDelayS"]
         self.adapt: bool = params["damageAdapt"]
         self.kappa: float = params["damageKappa"]
         self.damage_share: bool = params["damageShare"]
@@ -304,18 +318,17 @@ class LatencyCostScorer(Scorer):
                 for p, o in zip(pods, own, strict=True)
             ]
             if self.max_delay > 0 or self.max_wait_s > 0:
-                # never more than max_delay x the best own TTFT, nor max_wait_s above it: pods
-                # beyond rank after every pod within, by own TTFT (no pod becomes a sink of
-                # ever longer waits)
+                # never more than max_delay x the best own TTFT, nor max_wait_s above it (no
+                # pod becomes a sink of ever longer waits)
                 best = min(own)
-                bound = min(
-                    self.max_delay * best if self.max_delay > 0 else float("inf"),
-                    best + self.max_wait_s if self.max_wait_s > 0 else float("inf"),
+                costs = _within(
+                    costs,
+                    own,
+                    min(
+                        self.max_delay * best if self.max_delay > 0 else float("inf"),
+                        best + self.max_wait_s if self.max_wait_s > 0 else float("inf"),
+                    ),
                 )
-                top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
-                costs = [
-                    c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)
-                ]
         else:
             costs = [
                 o + w * p.candidate.protected_decodes * p.service_s
@@ -341,5 +354,8 @@ class LatencyCostScorer(Scorer):
                 else c
                 for c, p, ok, context in zip(costs, pods, priced, held, strict=True)
             ]
+        if self.max_own_delay_s > 0 and not hopeless:
+            # what the damage and decode prices may cost the request's own TTFT is bounded
+            costs = _within(costs, own, min(own) + self.max_own_delay_s)
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
         return costs
