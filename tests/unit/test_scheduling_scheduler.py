@@ -264,6 +264,7 @@ def test_hopeless_requests_wait_at_most_hopeless_max_delay_times_their_best():
     assert chosen(0.0)[0] == 1
     assert chosen(3.0) == [2, 0, 1]  # the sink ranks last
     assert chosen(1.0) == [0, 2, 1]  # only the fastest pod qualifies
+    assert chosen(0.5) == [0, 2, 1]  # below 1: still the fastest pod, not an empty set
     assert run("headroom", SINK_PODS, req(ttft=300)).chosen == 2  # the shipped bound: 10 (14 s)
 
 

@@ -123,7 +123,9 @@ def _decode_excess_s(
 
 def _within(costs: list[float], own: list[float], bound: float) -> list[float]:
     """The costs with every pod whose own TTFT is above ``bound`` ranked after every pod
-    within it, by own TTFT (the pod of least own TTFT is always within)."""
+    within it, by own TTFT (the pod of least own TTFT is always within, even when a
+    ``hopelessMaxDelay`` below 1 puts the bound under it)."""
+    bound = max(bound, min(own))
     top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
     return [c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)]
 
