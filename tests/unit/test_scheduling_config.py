@@ -204,6 +204,12 @@ def test_flow_control_block():
     f = cfg.flow("a")
     assert (f.enabled, f.max_backlog_s, f.route_to, f.order) == (True, 2.0, "any", "shortest")
     assert not cfg.flow("b").enabled and not cfg.flow("nope").enabled
+    doc["profiles"][0]["flowControl"] = {"enabled": True, "order": "deadline", "deadlineFactor": 3}
+    f = parse_config(doc).flow("a")
+    assert (f.order, f.deadline_factor, f.release_key(1.0, 0.5)) == ("deadline", 3.0, 2.5)
+    doc["profiles"][0]["flowControl"]["deadlineFactor"] = 0
+    with pytest.raises(ConfigError, match="deadlineFactor"):
+        parse_config(doc)
 
 
 def test_unknown_profile():

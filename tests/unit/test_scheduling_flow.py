@@ -60,6 +60,25 @@ def test_release_order(order, expected):
     assert out == expected
 
 
+def test_deadline_order_puts_a_long_prompt_that_waited_before_later_short_ones():
+    # deadline = arrival + 2 x estimated prefill: long 0 + 2 x 1.0 = 2.0; short ones that
+    # arrive at 0.5 (0.6) go before it, the one arriving at 2.5 (2.52) after it
+    q = FlowQueue(FlowConfig(enabled=True, order="deadline", deadline_factor=2.0))
+    named = {"long": w(1.0, 0.0), "late": w(0.01, 2.5), "early": w(0.05, 0.5)}
+    for x in named.values():
+        assert not q.offer(x, pods(1.0), x.arrived_at)
+    out = []
+    for t in (3.0, 4.0, 5.0):
+        (released,) = q.take(lambda m: pods(0.0), t)
+        assert released.reason == ROOM  # by the order, to a pod with room: not a max_wait
+        out.append(next(k for k, v in named.items() if v is released))
+        q.routed(released)
+    assert out == ["early", "long", "late"]
+    # shortest first, the long prompt would go after the one that came 2.5 s later
+    shortest = FlowConfig(order="shortest")
+    assert shortest.release_key(0.0, 1.0) > shortest.release_key(2.5, 0.01)
+
+
 def test_priority_comes_before_shortest():
     q = FlowQueue(FlowConfig(enabled=True))
     low, high = w(0.01, priority=0), w(9.0, priority=5)
@@ -152,7 +171,7 @@ def test_route_among(route_to):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"order": "lifo"}, {"max_backlog_s": 0}, {"max_wait_s": -1}, {"max_queued": 0},
+    [{"order": "lifo"}, {"deadline_factor": 0}, {"max_backlog_s": 0}, {"max_wait_s": -1}, {"max_queued": 0},
      {"route_to": "none"}],
 )  # fmt: skip
 def test_bad_config(kwargs):

@@ -68,7 +68,10 @@ FLOW_PARAMS = (
     Param("maxBacklogS", float, 0.5, "A pod has room while the prefill this gateway queued on "
           "it is estimated below this many seconds", lo=0.0, lo_open=True, hi=3600.0),
     Param("order", str, "shortest", "Release order within a priority: shortest estimated "
-          "prefill first, or arrival order", choices=ORDERS),
+          "prefill first, arrival order, or the earliest deadline (arrival + deadlineFactor x "
+          "estimated prefill)", choices=ORDERS),
+    Param("deadlineFactor", float, 10.0, "order deadline: a request's deadline is its arrival "
+          "plus this multiple of its own estimated prefill", lo=0.0, lo_open=True, hi=1e6),
     Param("maxWaitS", float, 300.0, "A request queued this long is released to any pod (bounds "
           "how long shortest-first can starve a long prompt)", lo=0.0, lo_open=True,
           hi=86400.0),
@@ -92,6 +95,7 @@ def flow_config(raw: Any, where: str) -> FlowConfig:
     return FlowConfig(
         enabled=p["enabled"], max_backlog_s=p["maxBacklogS"], order=p["order"],
         max_wait_s=p["maxWaitS"], max_wait_factor=p["maxWaitFactor"],
+        deadline_factor=p["deadlineFactor"],
         max_queued=p["maxQueued"],
         bypass_hopeless=p["bypassHopeless"], route_to=p["routeTo"],
     )  # fmt: skip

@@ -9,7 +9,11 @@ are released, as pods make room, in order of
 1. priority (higher first),
 2. ``order: shortest`` (default): the shortest estimated prefill first (the request's best
    service time over the pods, prefix hits included), which keeps short prompts from
-   queueing behind long ones; ``order: fifo``: arrival order,
+   queueing behind long ones; ``order: fifo``: arrival order; ``order: deadline``: the
+   earliest ``arrived + deadline_factor x estimated prefill`` first, a deadline proportional
+   to what the request costs (shortest first among requests that arrived together, while a
+   long prompt that has waited long enough goes before short ones that came much later, in
+   its turn, instead of being starved until ``max_wait`` releases it),
 
 and each released request is routed among the pods with room only. Two kinds of request
 leave the queue regardless and may go to any pod: a request whose TTFT SLO can no longer be
@@ -44,7 +48,7 @@ from dataclasses import dataclass, field
 
 from services.gateway.scheduling.pod_view import Candidate
 
-ORDERS = ("shortest", "fifo")
+ORDERS = ("shortest", "fifo", "deadline")
 ROUTE_TO = ("room", "any")
 QUEUED, RELEASED, CANCELLED = "queued", "released", "cancelled"
 # why a request left the queue
@@ -61,6 +65,8 @@ class FlowConfig:
     max_wait_s: float = 300.0
     # a request also leaves once it waited this multiple of its own estimated prefill (0: off)
     max_wait_factor: float = 0.0
+    # order "deadline": release by arrived + deadline_factor x estimated prefill
+    deadline_factor: float = 10.0
     max_queued: int = 10_000
     bypass_hopeless: bool = True
     route_to: str = "room"  # room: route a released request among pods with room; any: all
@@ -74,6 +80,17 @@ class FlowConfig:
             raise ValueError("max_backlog_s, max_wait_s and max_queued must be positive")
         if self.max_wait_factor < 0:
             raise ValueError("max_wait_factor must be >= 0")
+        if not self.deadline_factor > 0:
+            raise ValueError("deadline_factor must be positive")
+
+    def release_key(self, arrived_at: float, service_s: float) -> float:
+        """A queued request's place within its priority (smaller leaves first; the sequence
+        number breaks ties)."""
+        if self.order == "shortest":
+            return service_s
+        if self.order == "deadline":
+            return arrived_at + self.deadline_factor * service_s
+        return 0.0
 
     def max_wait_for(self, service_s: float) -> float:
         """How long a request with this estimated prefill may wait in the queue."""
@@ -188,7 +205,7 @@ class FlowQueue:
             return True
         if self.queued >= self.config.max_queued:
             raise QueueFull(f"{self.queued} requests are queued already")
-        key = waiter.service_s if self.config.order == "shortest" else 0.0
+        key = self.config.release_key(waiter.arrived_at, waiter.service_s)
         heapq.heappush(q.ready, (-waiter.priority, key, waiter.seq, waiter))
         if waiter.slo_ttft_ms is not None and self.config.bypass_hopeless:
             # hopeless for sure once even an idle pod cannot serve it in time
