@@ -207,6 +207,8 @@ def test_flow_control_block():
     doc["profiles"][0]["flowControl"] = {"enabled": True, "order": "deadline", "deadlineFactor": 3}
     f = parse_config(doc).flow("a")
     assert (f.order, f.deadline_factor, f.release_key(1.0, 0.5)) == ("deadline", 3.0, 2.5)
+    doc["profiles"][0]["flowControl"]["roomFactor"] = 0.5
+    assert parse_config(doc).flow("a").gate(2.0) == 1.0
     doc["profiles"][0]["flowControl"]["deadlineFactor"] = 0
     with pytest.raises(ConfigError, match="deadlineFactor"):
         parse_config(doc)

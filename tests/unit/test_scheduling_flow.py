@@ -79,6 +79,32 @@ def test_deadline_order_puts_a_long_prompt_that_waited_before_later_short_ones()
     assert shortest.release_key(0.0, 1.0) > shortest.release_key(2.5, 0.01)
 
 
+def test_room_factor_gives_a_long_prompt_its_own_gate():
+    # the shared gate is 0.15 s; a 2 s prefill's own gate at roomFactor 0.25 is 0.5 s
+    q = FlowQueue(FlowConfig(enabled=True, max_backlog_s=0.15, room_factor=0.25))
+    busy = pods(0.3, 0.9)
+    short, short2 = w(0.05, 0.0), w(0.05, 0.0)
+    assert q.offer(short, pods(0.1, 0.9), 0.0)  # straight through (the shared gate)
+    q.routed(short)
+    assert not q.offer(short2, busy, 0.0)  # no pod under 0.15 s: it waits
+    long_ = w(2.0, 0.1)
+    # the long one passes the queued short one: a pod is within its own gate, not the shared
+    assert q.offer(long_, busy, 0.1) and long_.reason == ROOM
+    assert [c.name for c in q.route_among(long_, busy)] == ["p0"]
+    q.routed(long_)
+    # queued, the longest leave first as soon as a pod is within their own gate
+    mid, longer = w(1.0, 0.2), w(4.0, 0.3)
+    assert not q.offer(mid, pods(1.2, 1.2), 0.2) and not q.offer(longer, pods(1.2, 1.2), 0.3)
+    assert q.take(lambda m: pods(0.9, 1.2), 0.4) == [longer]  # 0.9 < 1.0 = 0.25 x 4 s
+    q.routed(longer)
+    assert q.take(lambda m: pods(0.2, 1.2), 0.5) == [mid]  # 0.2 < 0.25 = 0.25 x 1 s
+    q.routed(mid)
+    assert q.take(lambda m: pods(0.1, 1.2), 0.6) == [short2] and q.queued == 0
+    # off (0), the same long prompt waits behind the shared gate
+    off = FlowQueue(FlowConfig(enabled=True, max_backlog_s=0.15))
+    assert not off.offer(w(0.05, 0.0), busy, 0.0) and not off.offer(w(2.0, 0.1), busy, 0.1)
+
+
 def test_priority_comes_before_shortest():
     q = FlowQueue(FlowConfig(enabled=True))
     low, high = w(0.01, priority=0), w(9.0, priority=5)
@@ -171,7 +197,7 @@ def test_route_among(route_to):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"order": "lifo"}, {"deadline_factor": 0}, {"max_backlog_s": 0}, {"max_wait_s": -1}, {"max_queued": 0},
+    [{"order": "lifo"}, {"deadline_factor": 0}, {"room_factor": -1}, {"max_backlog_s": 0}, {"max_wait_s": -1}, {"max_queued": 0},
      {"route_to": "none"}],
 )  # fmt: skip
 def test_bad_config(kwargs):
@@ -220,10 +246,11 @@ def _workload(
     return released, retained
 
 
-def test_compaction_keeps_the_release_order(monkeypatch):
+@pytest.mark.parametrize("room_factor", [0.0, 5.0])  # 5: the long waiters' own gate
+def test_compaction_keeps_the_release_order(monkeypatch, room_factor):
     """The lab replays through this queue: compacting the heaps must not change which
     request leaves when, nor why."""
-    cfg = FlowConfig(enabled=True, max_wait_s=30.0, max_queued=400)
+    cfg = FlowConfig(enabled=True, max_wait_s=30.0, max_queued=400, room_factor=room_factor)
     compacting = FlowQueue(cfg)
     with_compaction, _ = _workload(compacting, seed=7, room=0.1)
     # it did trigger, many times, with requests queued (a rebuild, not just a clear)
@@ -236,15 +263,16 @@ def test_compaction_keeps_the_release_order(monkeypatch):
     assert with_compaction == without
 
 
-def test_retained_entries_are_bounded_by_the_queued_count(monkeypatch):
-    cfg = FlowConfig(enabled=True, max_wait_s=60.0, max_queued=400)
+@pytest.mark.parametrize("room_factor", [0.0, 5.0])  # 5: the long waiters' own gate
+def test_retained_entries_are_bounded_by_the_queued_count(monkeypatch, room_factor):
+    cfg = FlowConfig(enabled=True, max_wait_s=60.0, max_queued=400, room_factor=room_factor)
     q = FlowQueue(cfg)
     _, retained = _workload(q, seed=7, room=0.1)
-    # every step ends with each of the 3 heaps of each model within 2 x queued + 64
+    # every step ends with each of the 4 heaps of each model within 2 x queued + 64
     for sub in q._q.values():
-        for heap in (sub.ready, sub.deadlines, sub.timeouts):
+        for heap in (sub.ready, sub.deadlines, sub.timeouts, sub.longest):
             assert len(heap) <= 2 * sub.queued + 64
-    bound = 2 * 3 * (2 * cfg.max_queued + 64)
+    bound = 2 * 4 * (2 * cfg.max_queued + 64)
     assert max(retained) <= bound
     # without compaction the same workload retains far more (the bound is not vacuous)
     monkeypatch.setattr("services.gateway.scheduling.flow._ModelQueue.compact", lambda q: 0)

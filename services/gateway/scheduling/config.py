@@ -78,6 +78,9 @@ FLOW_PARAMS = (
     Param("maxWaitFactor", float, 0.0, "A request queued this multiple of its own estimated "
           "prefill is released to any pod, when that is shorter than maxWaitS (0: off)",
           lo=0.0, hi=1e6),
+    Param("roomFactor", float, 0.0, "A pod has room for a request while its backlog is below "
+          "max(maxBacklogS, this multiple of the request's own estimated prefill) (0: the "
+          "shared gate only)", lo=0.0, hi=1e6),
     Param("maxQueued", int, 10_000, "Requests that may wait; past that a request gets 503 "
           "(queue_full) with Retry-After", lo=1, hi=10_000_000),
     Param("bypassHopeless", bool, True, "Release at once (to any pod) a request whose TTFT SLO "
@@ -95,7 +98,7 @@ def flow_config(raw: Any, where: str) -> FlowConfig:
     return FlowConfig(
         enabled=p["enabled"], max_backlog_s=p["maxBacklogS"], order=p["order"],
         max_wait_s=p["maxWaitS"], max_wait_factor=p["maxWaitFactor"],
-        deadline_factor=p["deadlineFactor"],
+        deadline_factor=p["deadlineFactor"], room_factor=p["roomFactor"],
         max_queued=p["maxQueued"],
         bypass_hopeless=p["bypassHopeless"], route_to=p["routeTo"],
     )  # fmt: skip

@@ -15,7 +15,13 @@ are released, as pods make room, in order of
    long prompt that has waited long enough goes before short ones that came much later, in
    its turn, instead of being starved until ``max_wait`` releases it),
 
-and each released request is routed among the pods with room only. Two kinds of request
+With ``room_factor`` > 0 the gate is the request's own: a pod has room for a request while
+its backlog is below ``max(max_backlog_s, room_factor x its estimated prefill)``, so a long
+prompt, whose own prefill dwarfs a short one's wait, is not held by a gate meant for short
+ones: it passes through (or, queued, leaves longest first) while some pod's backlog is within
+its own gate.
+
+Each released request is routed among the pods with room only. Two kinds of request
 leave the queue regardless and may go to any pod: a request whose TTFT SLO can no longer be
 met even by the least loaded pod (``hopeless``: waiting longer only hurts the requests
 behind it; the scheduler's latency-cost-scorer then places it where it harms the fewest
@@ -67,6 +73,8 @@ class FlowConfig:
     max_wait_factor: float = 0.0
     # order "deadline": release by arrived + deadline_factor x estimated prefill
     deadline_factor: float = 10.0
+    # a pod has room for a request below max(max_backlog_s, room_factor x its prefill); 0: off
+    room_factor: float = 0.0
     max_queued: int = 10_000
     bypass_hopeless: bool = True
     route_to: str = "room"  # room: route a released request among pods with room; any: all
@@ -82,6 +90,13 @@ class FlowConfig:
             raise ValueError("max_wait_factor must be >= 0")
         if not self.deadline_factor > 0:
             raise ValueError("deadline_factor must be positive")
+        if self.room_factor < 0:
+            raise ValueError("room_factor must be >= 0")
+
+    def gate(self, service_s: float) -> float:
+        """A pod has room for a request with this estimated prefill while its backlog is
+        below this many seconds."""
+        return max(self.max_backlog_s, self.room_factor * service_s)
 
     def release_key(self, arrived_at: float, service_s: float) -> float:
         """A queued request's place within its priority (smaller leaves first; the sequence
@@ -131,6 +146,8 @@ class QueueFull(Exception):
 @dataclass(slots=True)
 class _ModelQueue:
     ready: list[tuple] = field(default_factory=list)  # heap: (-priority, key, seq, waiter)
+    # room_factor > 0: heap (-service_s, seq, waiter), the longest first (the widest own gate)
+    longest: list[tuple] = field(default_factory=list)
     deadlines: list[tuple] = field(default_factory=list)  # heap: (hopeless at, seq, waiter)
     timeouts: list[tuple] = field(default_factory=list)  # heap: (must leave at, seq, waiter)
     reserved: int = 0
@@ -139,7 +156,7 @@ class _ModelQueue:
 
     def retained(self) -> int:
         """Entries in the heaps (queued requests and released ones not yet skipped)."""
-        return len(self.ready) + len(self.deadlines) + len(self.timeouts)
+        return len(self.ready) + len(self.deadlines) + len(self.timeouts) + len(self.longest)
 
     def compact(self) -> int:
         """Drop the entries of requests no longer queued once a heap holds too many (all of
@@ -150,10 +167,11 @@ class _ModelQueue:
                 self.ready.clear()
                 self.deadlines.clear()
                 self.timeouts.clear()
+                self.longest.clear()
             return dropped
         limit = COMPACT_FACTOR * self.queued + COMPACT_SLACK
         dropped = 0
-        for heap in (self.ready, self.deadlines, self.timeouts):
+        for heap in (self.ready, self.deadlines, self.timeouts, self.longest):
             if len(heap) > limit:
                 kept = [e for e in heap if e[-1].state == QUEUED]
                 dropped += len(heap) - len(kept)
@@ -176,11 +194,12 @@ class FlowQueue:
         self.compacted = 0  # heap entries dropped by compaction (released or cancelled)
 
     # --- room ---------------------------------------------------------------------------
-    def has_room(self, c: Candidate) -> bool:
-        return c.backlog_s < self.config.max_backlog_s
+    def has_room(self, c: Candidate, service_s: float = 0.0) -> bool:
+        """Room for a request with this estimated prefill (the shared gate for 0)."""
+        return c.backlog_s < self.config.gate(service_s)
 
-    def rooms(self, candidates: Sequence[Candidate]) -> list[Candidate]:
-        return [c for c in candidates if self.has_room(c)]
+    def rooms(self, candidates: Sequence[Candidate], service_s: float = 0.0) -> list[Candidate]:
+        return [c for c in candidates if self.has_room(c, service_s)]
 
     def route_among(self, w: Waiter, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The pods a released request is routed among: every pod for a hopeless or
@@ -189,7 +208,7 @@ class FlowQueue:
         cands = list(candidates)
         if w.any_pod or self.config.route_to == "any":
             return cands
-        return self.rooms(cands) or cands
+        return self.rooms(cands, w.service_s) or cands
 
     # --- the queue ----------------------------------------------------------------------
     def offer(self, waiter: Waiter, candidates: Sequence[Candidate], now: float) -> bool:
@@ -197,7 +216,10 @@ class FlowQueue:
         its model waits, or it is hopeless already). Raises :class:`QueueFull`."""
         q = self._q.setdefault(waiter.model, _ModelQueue())
         waiter.seq = next(self._seq)
-        if q.queued == 0 and len(self.rooms(candidates)) > q.reserved:
+        own = len(self.rooms(candidates, waiter.service_s))
+        if own > q.reserved and (q.queued == 0 or own > len(self.rooms(candidates))):
+            # room, and nobody waits for it: those queued wait for the shared gate, which
+            # this request's own (wider) gate does not need
             self._release(q, waiter, ROOM, now)
             return True
         if self._hopeless_now(waiter, candidates, now):
@@ -207,6 +229,8 @@ class FlowQueue:
             raise QueueFull(f"{self.queued} requests are queued already")
         key = self.config.release_key(waiter.arrived_at, waiter.service_s)
         heapq.heappush(q.ready, (-waiter.priority, key, waiter.seq, waiter))
+        if self.config.room_factor > 0:
+            heapq.heappush(q.longest, (-waiter.service_s, waiter.seq, waiter))
         if waiter.slo_ttft_ms is not None and self.config.bypass_hopeless:
             # hopeless for sure once even an idle pod cannot serve it in time
             due = waiter.arrived_at + waiter.slo_ttft_ms / 1000.0 - waiter.service_s
@@ -253,6 +277,8 @@ class FlowQueue:
                 self._release(q, w, ROOM, now)
                 out.append(w)
                 room -= 1
+            if self.config.room_factor > 0:
+                self._take_longest(q, cands, now, out)
             self.compacted += q.compact()
         return out
 
@@ -283,6 +309,23 @@ class FlowQueue:
                 self._dequeue(q, w)
                 self._release(q, w, MAX_WAIT, now)
                 out.append(w)
+
+    def _take_longest(
+        self, q: _ModelQueue, cands: Sequence[Candidate], now: float, out: list[Waiter]
+    ) -> None:
+        """Release, longest first, the requests whose own gate has room (a wider gate the
+        longer the prefill, so the first that does not fit ends the pass)."""
+        while q.longest and q.queued > 0:
+            w = q.longest[0][2]
+            if w.state != QUEUED:
+                heapq.heappop(q.longest)
+                continue
+            if len(self.rooms(cands, w.service_s)) <= q.reserved:
+                return
+            heapq.heappop(q.longest)
+            self._dequeue(q, w)
+            self._release(q, w, ROOM, now)
+            out.append(w)
 
     def _pop_ready(self, q: _ModelQueue) -> Waiter | None:
         while q.ready:
