@@ -504,6 +504,49 @@ HOLDOUT9: tuple = (
     ), rate_rps=8.0), seed=9707, requests=1000, note="agents, code and chat"),
 )  # fmt: skip
 
+# session 27: a fresh set for the default profile's next candidate (holdout9 was read for
+# `headroom-learned` by rule 12, and its rag-k showed the decode price's long-document trade);
+# committed before any candidate ran on it
+HOLDOUT10: tuple = (
+    WorkloadSpec("rag-l", Rag(
+        documents=8, document=LogNormal(28_000, 85_000, 8_000, 110_000), zipf=0.85,
+        docs_per_request=1, system_tokens=576, question=LogNormal(80, 260, 10, 640),
+        output=LogNormal(150, 400, 20, 680), arrival=Arrival("poisson", 1.6)),
+        seed=9801, requests=500, note="long documents"),
+    WorkloadSpec("rag-hot-l", Rag(
+        documents=4, document=LogNormal(15_000, 36_000, 5_000, 45_000), zipf=0.7,
+        docs_per_request=1, system_tokens=768, question=LogNormal(60, 200, 5, 480),
+        output=LogNormal(190, 480, 20, 800), arrival=Arrival("onoff", 1.4, on_s=9.0, off_s=7.0)),
+        seed=9802, requests=500, note="four hot documents in on/off bursts"),
+    WorkloadSpec("chat-l", Chat(
+        prompt=LogNormal(1100, 2600, 300, 3000), output=LogNormal(260, 560, 50, 800),
+        arrival=Arrival("poisson", 19.0)), seed=9803, requests=1000),
+    WorkloadSpec("multiturn-l", MultiTurn(
+        system_prompts=5, system_tokens=1024, turns=3.5, first=LogNormal(700, 2000, 50, 4200),
+        message=LogNormal(120, 420, 10, 1800), output=LogNormal(220, 580, 20, 950),
+        think_s=22.0, max_context=32768, arrival=Arrival("poisson", 1.2)),
+        seed=9804, requests=1000),
+    WorkloadSpec("agentic-l", Agentic(
+        agents=4, system_tokens=2816, calls=5.5, call_gap_s=0.35,
+        step=LogNormal(250, 950, 10, 3900), carry=True, output=LogNormal(65, 210, 5, 490),
+        max_context=32768, arrival=Arrival("gamma", 1.0, cv=1.4)),
+        seed=9805, requests=1000, note="agent sessions starting in gamma bursts"),
+    WorkloadSpec("code-l", Code(
+        repos=7, zipf=0.95, prompt=LogNormal(2500, 7000, 500, 12_000), share_prob=0.7,
+        shared_fraction=0.65, output=LogNormal(16, 50, 1, 120), arrival=Arrival("poisson", 21.0)),
+        seed=9806, requests=1000),
+    WorkloadSpec("mix-l", Mix(parts=(
+        (0.3, Rag(documents=5, document=LogNormal(20_000, 50_000, 6_000, 70_000), zipf=0.8,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(70, 220, 5, 520),
+                  output=LogNormal(160, 420, 20, 700))),
+        (0.3, MultiTurn(system_prompts=3, system_tokens=1024, turns=4.0, think_s=16.0,
+                        first=LogNormal(600, 1800, 50, 4000), message=LogNormal(140, 460, 10, 1800),
+                        output=LogNormal(230, 590, 20, 950))),
+        (0.4, Code(repos=4, zipf=1.0, prompt=LogNormal(2400, 6800, 500, 12_000),
+                   share_prob=0.65, shared_fraction=0.6, output=LogNormal(18, 55, 1, 120))),
+    ), rate_rps=7.0), seed=9807, requests=1000, note="documents, multi-turn chat and code"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -522,6 +565,7 @@ SUITES: dict[str, tuple] = {
     "holdout7": HOLDOUT7,
     "holdout8": HOLDOUT8,
     "holdout9": HOLDOUT9,
+    "holdout10": HOLDOUT10,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")
