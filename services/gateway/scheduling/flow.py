@@ -217,9 +217,10 @@ class FlowQueue:
         q = self._q.setdefault(waiter.model, _ModelQueue())
         waiter.seq = next(self._seq)
         own = len(self.rooms(candidates, waiter.service_s))
-        if own > q.reserved and (q.queued == 0 or own > len(self.rooms(candidates))):
-            # room, and nobody waits for it: those queued wait for the shared gate, which
-            # this request's own (wider) gate does not need
+        wider = self.config.room_factor > 0 and own > len(self.rooms(candidates))
+        if own > q.reserved and (q.queued == 0 or wider):
+            # a free slot nobody waits for; or (room_factor) a pod within this request's own
+            # gate that the queued requests, waiting for the shared gate, cannot take
             self._release(q, waiter, ROOM, now)
             return True
         if self._hopeless_now(waiter, candidates, now):
