@@ -527,8 +527,8 @@ def run_versus_cli(argv: list[str]) -> int:
         "checks of done-means 1, one line per check (in --json always: each "
         "policy's `failures`)",
     )
-    p.add_argument("--cells", action="store_true", help="also each cell both ran: TTFT p90, "
-                   "TPOT p90, E2E p90 and attainment, the reference's and the candidate's "
+    p.add_argument("--cells", action="store_true", help="also each cell both ran: TTFT p90 "
+                   "and p99, TPOT p90, E2E p90 and attainment, the reference's and the candidate's "
                    "(with --json: {policies, cells})")  # fmt: skip
     args = p.parse_args(argv)
     try:

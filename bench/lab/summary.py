@@ -507,7 +507,7 @@ def versus_failures_markdown(rows: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-CELL_METRICS = ("ttft_p90", "tpot_p90", "e2e_p90", "attainment")
+CELL_METRICS = ("ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90", "attainment")
 
 
 def versus_cells(
@@ -515,8 +515,8 @@ def versus_cells(
 ) -> list[dict]:
     """Cell by cell, each candidate (neither a baseline, a lab reference nor ``reference``)
     against ``reference`` on the cells both ran, in the suite's order: ``{workload, load,
-    policy, <metric>: {reference, candidate}}`` for TTFT p90, TPOT p90, E2E p90 (ms) and SLO
-    attainment (a share), where both have the metric. The trade of a candidate reads here,
+    policy, <metric>: {reference, candidate}}`` for TTFT p90 and p99, TPOT p90, E2E p90 (ms)
+    and SLO attainment (a share), where both have the metric. The trade of a candidate reads here,
     each gain beside the costs in its own row."""
     by = _index(cs)
     policies = list(dict.fromkeys(c["policy"] for c in cs))
@@ -558,13 +558,14 @@ def versus_cells_markdown(rows: Sequence[dict], reference: str) -> str:
         return f"{a:.1f} -> {b:.1f} ({b - a:+.1f} pts)"
 
     lines = [
-        f"| policy | workload | load | TTFT p90 ms ({reference} -> policy) | TPOT p90 ms | "
-        "E2E p90 ms | attainment % |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        f"| policy | workload | load | TTFT p90 ms ({reference} -> policy) | TTFT p99 ms | "
+        "TPOT p90 ms | E2E p90 ms | attainment % |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for c in rows:
         lines.append(f"| {c['policy']} | {c['workload']} | {c['load']:g} | "
-                     f"{latency(c, 'ttft_p90')} | {latency(c, 'tpot_p90')} | "
+                     f"{latency(c, 'ttft_p90')} | {latency(c, 'ttft_p99')} | "
+                     f"{latency(c, 'tpot_p90')} | "
                      f"{latency(c, 'e2e_p90')} | {attainment(c)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

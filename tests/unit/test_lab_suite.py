@@ -504,8 +504,12 @@ def test_versus_reference_scores_each_candidate_against_the_shipped_profile():
                                                                  else 1.25))  # fmt: skip
         a = c["attainment"]
         assert a["candidate"] == pytest.approx(a["reference"] - 0.05)
+        # the tail beside the p90: the same scaling (every TTFT percentile was scaled)
+        t99 = c["ttft_p99"]
+        assert t99["candidate"] == pytest.approx(t99["reference"] * t["candidate"] / t["reference"])
     md = versus_cells_markdown(per, "headroom")
     assert "(1.25x)" in md and "(-5.0 pts)" in md and md.count("| cand |") == len(per)
+    assert "| TTFT p99 ms |" in md and all(row.count("x)") == 4 for row in md.splitlines()[2:])
     with pytest.raises(ValueError, match="did not run"):
         versus_cells(cells(rs), "headroom-s19")
 
