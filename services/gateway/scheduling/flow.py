@@ -194,12 +194,11 @@ class FlowQueue:
         self.compacted = 0  # heap entries dropped by compaction (released or cancelled)
 
     # --- room ---------------------------------------------------------------------------
-    def has_room(self, c: Candidate, service_s: float = 0.0) -> bool:
-        """Room for a request with this estimated prefill (the shared gate for 0)."""
-        return c.backlog_s < self.config.gate(service_s)
-
     def rooms(self, candidates: Sequence[Candidate], service_s: float = 0.0) -> list[Candidate]:
-        return [c for c in candidates if self.has_room(c, service_s)]
+        """The pods with room for a request with this estimated prefill (the shared gate
+        for 0)."""
+        gate = self.config.gate(service_s)
+        return [c for c in candidates if c.backlog_s < gate]
 
     def route_among(self, w: Waiter, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The pods a released request is routed among: every pod for a hopeless or
