@@ -509,6 +509,35 @@ def test_a_shortlist_lets_the_predictions_rank_only_the_least_estimated_pods():
     assert not LatencyCostScorer.create(latency="predicted", shortlist=1).reads_predictions(req())
 
 
+def test_shortlist_within_s_lets_the_predictions_break_only_near_ties():
+    """shortlistWithinS: the predictions rank only the shortlisted pods whose estimated cost is
+    within that many seconds of the least; a clear preference of the cost model stands, and
+    then the label says cost-model."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    # estimated own TTFT: 0.20 / 0.23 / 0.50 / 3.0 s; predicted: 400 / 300 / 200 / 100 ms
+    pods = [P(backlog=0.0, service=0.2, pred=(400, 10)), P(backlog=0.03, service=0.2, pred=(300, 10)),
+            P(backlog=0.3, service=0.2, pred=(200, 10)), P(backlog=2.8, service=0.2, pred=(100, 10))]  # fmt: skip
+
+    def decide(within, shortlist=3):
+        sc = LatencyCostScorer.create(latency="predicted", shortlist=shortlist,
+                                      shortlistWithinS=within)  # fmt: skip
+        producer = PredictedLatencyProducer.create()
+        sched = Scheduler("t", [(producer, 1.0), (sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(req(), rows_of(pods), predictions_of(pods), now=0.0,
+                              rng=random.Random(0))  # fmt: skip
+
+    off = decide(0.0)  # the shortlist of three, by prediction
+    assert (off.ranked, off.path) == ([2, 1, 0, 3], "predicted")
+    near = decide(0.05)  # pods 0 and 1 are a near tie: the predictions break it
+    assert (near.ranked, near.path) == ([1, 0, 2, 3], "predicted")
+    assert decide(0.05, shortlist=0).ranked == [3, 2, 1, 0]  # it bounds a shortlist only
+    wide = decide(0.35)  # all three within 0.35 s: as without the bound
+    assert wide.ranked == off.ranked
+    clear = decide(0.01)  # nothing within 10 ms of the best: the cost model's order stands
+    assert (clear.ranked, clear.path) == ([0, 1, 2, 3], "cost-model")
+
+
 def test_the_decode_price_moves_a_request_off_a_pod_crowded_with_long_contexts():
     """A cached 37k-token prompt costs no prefill on the pod holding its document, but every
     decode step there reads 2M tokens of context while the other pod reads none: with

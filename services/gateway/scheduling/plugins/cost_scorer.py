@@ -204,10 +204,16 @@ class LatencyCostScorer(Scorer):
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
               hi=10_000),
+        Param("shortlistWithinS", float, 0.0, "With a shortlist, only the shortlisted pods "
+              "whose estimated cost is within this many seconds of the least: a near tie "
+              "for the cost model's bookkeeping is what the predictions break; a clear "
+              "preference stands (0: off; with one pod left, the cost model decides)",
+              lo=0.0, hi=3600.0),
     )  # fmt: skip
 
     def __init__(self, name, params) -> None:
         super().__init__(name, params)
+        self._RANKED = f"{name}:ranked"  # cycle note: what ranked, when not the default
         self.w: float = params["damageWeight"]
         self.predicted: bool = params["latency"] == "predicted"
         self.sacrifice: bool = params["sacrificeHopeless"]
@@ -219,6 +225,7 @@ class LatencyCostScorer(Scorer):
         self.kappa: float = params["damageKappa"]
         self.damage_share: bool = params["damageShare"]
         self.shortlist: int = params["shortlist"]
+        self.shortlist_within_s: float = params["shortlistWithinS"]
         self.decode_w: float = params["decodeWeight"]
         self.decode_free: float = params["decodeFree"]
         self.decode_slack: float = params["decodeSlack"]
@@ -269,6 +276,10 @@ class LatencyCostScorer(Scorer):
         # a shortlist of one pod leaves the predictions nothing to rank
         return self.predicted and self.shortlist != 1
 
+    def ranked_by(self, cycle: CycleState) -> str | None:
+        # shortlistWithinS can leave one pod: then the cost model ranked this decision
+        return cycle.notes.get(self._RANKED) or super().ranked_by(cycle)
+
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
             return p.pred_ttft_ms / 1000.0
@@ -288,10 +299,17 @@ class LatencyCostScorer(Scorer):
                 est = self._costs(cycle, pods, estimated, w)
         costs = self._costs(cycle, pods, own, w)
         if est is not None:
-            ranked = sorted(range(len(pods)), key=est.__getitem__)
-            keep = set(ranked[: self.shortlist])
-            top = max(costs[i] for i in keep)
-            costs = [c if i in keep else top + 1.0 + est[i] for i, c in enumerate(costs)]
+            ranked = sorted(range(len(pods)), key=est.__getitem__)[: self.shortlist]
+            if self.shortlist_within_s > 0.0:
+                bound = est[ranked[0]] + self.shortlist_within_s
+                ranked = [i for i in ranked if est[i] <= bound]
+            keep = set(ranked)
+            if len(keep) == 1:  # nothing for the predictions to rank: the cost model decides
+                costs = est
+                cycle.notes[self._RANKED] = RANKED_COST_MODEL
+            else:
+                top = max(costs[i] for i in keep)
+                costs = [c if i in keep else top + 1.0 + est[i] for i, c in enumerate(costs)]
         lo, hi = min(costs), max(costs)
         if hi - lo <= _EPS:
             return [1.0] * len(pods)
