@@ -611,6 +611,31 @@ def test_the_decode_price_counts_only_the_context_beyond_the_fleets_mean_and_fre
     assert chosen(pods, free_multiple=8.0) == 0  # within 8 x the free context: the cache wins
 
 
+def test_the_waste_weight_prices_prefill_spent_beyond_the_cheapest_placement():
+    """wasteWeight adds wasteWeight x (service_i - least service) to a pod's cost: a cached
+    prompt sent to a cold pod spends capacity there that the requests after it lose. It moves
+    a decision the decode price had sent away; equal services (no cache anywhere) price
+    nothing; a hopeless request is not priced."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def decide(pods, waste, request=None):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, wasteWeight=waste)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
+                              rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+
+    # cached pod: own 0.05 s + the decode price 12.4 s; cold pod: own 2.0 s + nothing
+    assert decide(crowded(), 0.0).chosen == 1
+    assert decide(crowded(), 5.0).chosen == 1  # 2.0 + 5 x 1.95 = 11.8 s < 12.5 s
+    assert decide(crowded(), 8.0).chosen == 0  # 2.0 + 8 x 1.95 = 17.6 s > 12.5 s
+    # equal services: nothing to price, the backlog decides as without it
+    even = [P(service=0.5, backlog=0.3), P(service=0.5, backlog=0.1)]
+    assert decide(even, 100.0).chosen == 1
+    # a hopeless request (its SLO is lost wherever it goes) keeps its own cost
+    hopeless = req(input_tokens=37_000, max_tokens=200, ttft=10)
+    assert decide(crowded(), 8.0, hopeless).chosen == decide(crowded(), 0.0, hopeless).chosen
+
+
 def crowded(share: float | None = 1.0, tpots=(None, None)) -> list[P]:
     """A cached pod whose decode batch reads 2M context tokens (60 decoding) beside an empty
     one where the request would be a cold 2 s prefill (the decode-price tests' fleet)."""

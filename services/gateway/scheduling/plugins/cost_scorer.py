@@ -8,6 +8,12 @@ time. Per candidate pod ``i``:
     own_i    = backlog_i + service_i          (seconds; the pod view's cost model)
                or the predicted TTFT, with latency: predicted and predictions present
     cost_i   = own_i + damageWeight x protected_i x service_i
+               (+ wasteWeight x (service_i - min service), when set)
+
+``wasteWeight`` (off by default) prices the prefill a pod would spend on the request beyond the
+cheapest placement's: a prompt whose prefix another pod holds is prefilled again here, and at
+full load those seconds of capacity are taken from the requests after it (on a mixed pool a
+slower class's extra seconds count too).
 
 ``protected_i`` counts the requests on the pod that will decode while this prefill runs and
 are still worth protecting: decoding ones that met their TTFT SLO (or had none) and queued
@@ -204,6 +210,10 @@ class LatencyCostScorer(Scorer):
               "this many pods of least estimated cost (the cost model's own TTFT); the others "
               "rank after them by estimated cost (0: the predictions rank every pod)", lo=0,
               hi=10_000),
+        Param("wasteWeight", float, 0.0, "A request that is not hopeless: seconds of cost per "
+              "second of prefill the pod would spend on it beyond the least over the pods "
+              "(service_i - min service: a prompt cached elsewhere, prefilled again here, takes "
+              "that much capacity from the requests after it; 0: off)", lo=0.0, hi=100.0),
         Param("shortlistWithinS", float, 0.0, "With a shortlist, only the shortlisted pods "
               "whose estimated cost is within this many seconds of the least: a near tie "
               "for the cost model's bookkeeping is what the predictions break; a clear "
@@ -226,6 +236,7 @@ class LatencyCostScorer(Scorer):
         self.damage_share: bool = params["damageShare"]
         self.shortlist: int = params["shortlist"]
         self.shortlist_within_s: float = params["shortlistWithinS"]
+        self.waste_w: float = params["wasteWeight"]
         self.decode_w: float = params["decodeWeight"]
         self.decode_free: float = params["decodeFree"]
         self.decode_slack: float = params["decodeSlack"]
@@ -354,6 +365,14 @@ class LatencyCostScorer(Scorer):
                 o + w * p.candidate.protected_decodes * p.service_s
                 for p, o in zip(pods, own, strict=True)
             ]
+            if self.waste_w > 0.0:
+                # the prefill spent here beyond the cheapest placement is capacity the
+                # requests after it lose
+                least = min(p.service_s for p in pods)
+                costs = [
+                    c + self.waste_w * (p.service_s - least)
+                    for c, p in zip(costs, pods, strict=True)
+                ]
         if self.decode_w > 0.0 and (self.hopeless_decode or not hopeless):
             share = pods[0].candidate.budget_share
             if self.decode_drain and share:
