@@ -223,7 +223,7 @@ class LatencyCostScorer(Scorer):
 
     def __init__(self, name, params) -> None:
         super().__init__(name, params)
-        self._RANKED = f"{name}:ranked"  # cycle note: what ranked, when not the default
+        self._ranked_note = f"{name}:ranked"  # cycle note: what ranked, when not the default
         self.w: float = params["damageWeight"]
         self.predicted: bool = params["latency"] == "predicted"
         self.sacrifice: bool = params["sacrificeHopeless"]
@@ -289,7 +289,7 @@ class LatencyCostScorer(Scorer):
 
     def ranked_by(self, cycle: CycleState) -> str | None:
         # shortlistWithinS can leave one pod: then the cost model ranked this decision
-        return cycle.notes.get(self._RANKED) or super().ranked_by(cycle)
+        return cycle.notes.get(self._ranked_note) or super().ranked_by(cycle)
 
     def own_seconds(self, cycle: CycleState, p: PodState) -> float:
         if self.predicted and cycle.has_predictions and p.pred_ttft_ms is not None:
@@ -317,7 +317,7 @@ class LatencyCostScorer(Scorer):
             keep = set(ranked)
             if len(keep) == 1:  # nothing for the predictions to rank: the cost model decides
                 costs = est
-                cycle.notes[self._RANKED] = RANKED_COST_MODEL
+                cycle.notes[self._ranked_note] = RANKED_COST_MODEL
             else:
                 top = max(costs[i] for i in keep)
                 costs = [c if i in keep else top + 1.0 + est[i] for i, c in enumerate(costs)]
