@@ -477,13 +477,22 @@ def run_summary_cli(argv: list[str]) -> int:
     return 0
 
 
-def _versus_dir(arg: str) -> tuple[Path, set[str] | None]:
+def _versus_dir(arg: str) -> tuple[Path, dict[str, str] | None]:
     """``DIR`` or ``DIR:POLICY[,POLICY...]`` (an existing directory named with a colon is
-    taken whole)."""
+    taken whole); ``POLICY=NAME`` takes that policy's runs under another name (the same
+    profile run twice, e.g. at two commits or with a perturbed lab, compared as two). Returns
+    the directory and {policy: name to take it as}, or None for every policy as it is."""
     head, sep, tail = arg.rpartition(":")
     if not sep or Path(arg).is_dir() or not head:
         return Path(arg), None
-    only = {x.strip() for x in tail.split(",") if x.strip()}
+    only: dict[str, str] = {}
+    for item in (x.strip() for x in tail.split(",")):
+        if not item:
+            continue
+        policy, eq, name = (x.strip() for x in item.partition("="))
+        if not policy or (eq and not name):
+            raise ValueError(f"{arg}: {item!r} is not POLICY or POLICY=NAME")
+        only[policy] = name or policy
     if not only:
         raise ValueError(f"{arg}: no policy after the colon")
     return Path(head), only
@@ -517,7 +526,8 @@ def run_versus_cli(argv: list[str]) -> int:
     )
     p.add_argument("dirs", nargs="+", help="--out directories of `headroom lab compare --suite`; "
                    "DIR:POLICY[,POLICY...] takes only those policies' runs from DIR (e.g. the "
-                   "baselines of a run whose other policies another directory replaces)")  # fmt: skip
+                   "baselines of a run whose other policies another directory replaces); "
+                   "POLICY=NAME takes one under another name (the same profile run twice)")  # fmt: skip
     p.add_argument("--reference", default="headroom", help="the profile to compare against")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
@@ -539,8 +549,10 @@ def run_versus_cli(argv: list[str]) -> int:
         for arg in args.dirs:
             d, only = _versus_dir(arg)
             for r in read_results(d):
-                if only is not None and r["policy"] not in only:
-                    continue
+                if only is not None:
+                    if r["policy"] not in only:
+                        continue
+                    r = dict(r, policy=only[r["policy"]])
                 key = (r["workload"], r["load"], r["policy"], bool(r.get("slo_headers")))
                 if seen.setdefault(key, d) != d:
                     raise ValueError(f"{key[2]} ran {key[0]} at load {key[1]:g} in both "

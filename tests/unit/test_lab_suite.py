@@ -751,6 +751,14 @@ def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_
     again = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert again["cand"] == rows["cand"]
     assert cli(["lab", "versus", f"{tmp_path / 'base'}:", str(tmp_path / "cand")]) == 2
+    # POLICY=NAME: the same profile's runs from two directories, one under another name
+    assert cli(["lab", "versus", str(tmp_path / "base"), f"{tmp_path / 'again'}:headroom=rerun",
+                "--json"]) == 0  # fmt: skip
+    rerun = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}["rerun"]
+    assert rerun["ttft_p90"] == 1.0 and rerun["cells"] == 3  # the same runs: ratio 1
+    assert rerun["attainable"] == rows["headroom"]["attainable"]
+    assert cli(["lab", "versus", str(tmp_path / "base"), f"{tmp_path / 'again'}:headroom="]) == 2
+    assert "not POLICY or POLICY=NAME" in capsys.readouterr().err
     assert cli(["lab", "versus", str(tmp_path / "nowhere")]) == 2
     # runs of the same cell at other rates (a suite prepared with another first seed): refused
     (tmp_path / "other").mkdir()
