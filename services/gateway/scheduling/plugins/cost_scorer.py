@@ -66,7 +66,10 @@ after them by estimated cost. Ranking every pod by a learned TTFT picks, each ti
 whose prediction erred lowest (the winner's curse), and its large errors send requests to
 pods the cost model knows are loaded; between the cost model's best few the prediction adds
 what the model knows beyond the bookkeeping (docs/benchmarks.md "A shortlist for the learned
-ranking").
+ranking"). ``shortlistWithinS`` (off by default) narrows the shortlist further to the pods
+within that many seconds of the least estimated cost: the predictions break the cost model's
+near ties, its clear preferences stand (with one pod left it ranks alone and the label says
+``cost-model``; rule 13, docs/benchmarks.md "Session 28").
 
 Scores are ``(max cost - cost) / (max cost - min cost)`` (1 for the cheapest, all 1 when
 equal). The picture behind it: one long prefill (a 100k-token prompt takes ~15 s on an H100
