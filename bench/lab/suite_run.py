@@ -500,8 +500,9 @@ def _versus_dir(arg: str) -> tuple[Path, dict[str, str] | None]:
 
 def run_versus_cli(argv: list[str]) -> int:
     """``headroom lab versus DIR [DIR ...] --reference POLICY``: the runs of several suite
-    directories (the same suite and seed: baselines in one, candidates in others) merged, and
-    each candidate against the reference (summary.versus_reference)."""
+    directories (one suite: baselines in one, candidates in others) merged, and each
+    candidate against the reference (summary.versus_reference); runs of several lab seeds are
+    scored per seed and pooled (every seed's cells as cells of one suite)."""
     import argparse
     import json
     import sys
@@ -517,12 +518,13 @@ def run_versus_cli(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(
         prog="headroom lab versus",
-        description="Merge the runs of suite directories (one suite, one seed; e.g. the "
+        description="Merge the runs of suite directories (one suite; e.g. the "
         "baselines and the shipped profile in one, candidate profiles in others) and score "
         "each candidate against a reference profile: attainable failing checks of issue 18's "
         "done-means 1, geometric means of TTFT p90 / p99, TPOT p90, E2E p90 and TTFT p99 "
         "with SLO headers over the "
-        "reference's, and the mean SLO attainment difference.",
+        "reference's, and the mean SLO attainment difference. Runs of several lab seeds "
+        "(e.g. DIR/seed-1 DIR/seed-2 of `--seeds 1,2`) are scored per seed and pooled.",
     )
     p.add_argument("dirs", nargs="+", help="--out directories of `headroom lab compare --suite`; "
                    "DIR:POLICY[,POLICY...] takes only those policies' runs from DIR (e.g. the "
@@ -553,13 +555,14 @@ def run_versus_cli(argv: list[str]) -> int:
                     if r["policy"] not in only:
                         continue
                     r = dict(r, policy=only[r["policy"]])
-                key = (r["workload"], r["load"], r["policy"], bool(r.get("slo_headers")))
+                seed = r.get("seed")
+                key = (r["workload"], r["load"], r["policy"], bool(r.get("slo_headers")), seed)
                 if seen.setdefault(key, d) != d:
                     raise ValueError(f"{key[2]} ran {key[0]} at load {key[1]:g} in both "
                                      f"{seen[key]} and {d}: give each policy one directory")  # fmt: skip
                 # a suite prepares its workloads' rates with its first seed: the same seed's
                 # runs from `--seeds 0,1,2` and `--seeds 1,2` ran at different rates
-                cell = (r["workload"], r["load"])
+                cell = (r["workload"], r["load"], seed)
                 rate, where = rates.setdefault(cell, (r.get("rate_scale"), d))
                 if r.get("rate_scale") != rate:
                     raise ValueError(f"{cell[0]} at load {cell[1]:g} ran at rate scale "
@@ -571,9 +574,17 @@ def run_versus_cli(argv: list[str]) -> int:
                 for w in json.loads(summary.read_text()).get("workloads", []):
                     if w.get("floor"):
                         floors.setdefault(w["name"], w["floor"])
-        seeds = {r.get("seed") for r in results}
+        seeds = sorted({r.get("seed") for r in results}, key=lambda x: (x is None, x))
+        per_seed: dict = {}
         if len(seeds) > 1:
-            raise ValueError(f"runs of several lab seeds {sorted(seeds)}: one seed per call")
+            # each seed on its own, then every seed's cells as cells of one suite (a
+            # workload at a load per seed): checks summed, geomeans over all of them
+            for sd in seeds:
+                cs_s = cells([r for r in results if r.get("seed") == sd])
+                per_seed[sd] = versus_reference(cs_s, args.reference, floors=floors)
+            results = [dict(r, workload=f"{r['workload']} (seed {r.get('seed')})")
+                       for r in results]  # fmt: skip
+            floors = {f"{w} (seed {sd})": f for w, f in floors.items() for sd in seeds}
         cs = cells(results)
         rows = versus_reference(cs, args.reference, floors=floors)
         per_cell = versus_cells(cs, args.reference) if args.cells else None
@@ -581,9 +592,17 @@ def run_versus_cli(argv: list[str]) -> int:
         print(f"headroom lab versus: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(rows if per_cell is None else {"policies": rows, "cells": per_cell},
-                         indent=1))  # fmt: skip
+        out: object = rows if per_cell is None else {"policies": rows, "cells": per_cell}
+        if per_seed:
+            out = {"seeds": {str(sd): r for sd, r in per_seed.items()}, "pooled": rows,
+                   **({"cells": per_cell} if per_cell is not None else {})}  # fmt: skip
+        print(json.dumps(out, indent=1))
     else:
+        for sd, r in per_seed.items():
+            print(f"seed {sd}:\n\n" + versus_reference_markdown(r, args.reference) + "\n", end="")
+        if per_seed:
+            print(f"seeds {', '.join(str(x) for x in seeds)} pooled (checks summed, geomeans "
+                  "over every seed's cells):\n")  # fmt: skip
         print(versus_reference_markdown(rows, args.reference), end="")
         if args.failures:
             print("\n" + versus_failures_markdown(rows), end="")

@@ -714,6 +714,40 @@ def test_lab_decisions_logs_each_decision_of_a_suite_cell(tmp_path, capsys):
     assert "no workload 'nope'" in capsys.readouterr().err
 
 
+def test_lab_versus_scores_several_seeds_per_seed_and_pooled(tmp_path, capsys):
+    """Runs of two lab seeds (a `--seeds 1,2` suite's seed-1 / seed-2): each seed scored on
+    its own, then every seed's cells as one suite's (checks summed, geomeans over all)."""
+    for sd, slower in ((1, 1.0), (2, 1.21)):
+        rows = [dict(r, seed=sd) for r in small_results()]
+        rows += [dict(r, policy="cand", ttft_ms={k: v * slower for k, v in r["ttft_ms"].items()})
+                 for r in rows if r["policy"] == "headroom"]  # fmt: skip
+        (tmp_path / f"seed-{sd}").mkdir()
+        (tmp_path / f"seed-{sd}" / "results.json").write_text(json.dumps(rows))
+    dirs = [str(tmp_path / "seed-1"), str(tmp_path / "seed-2")]
+    assert cli(["lab", "versus", *dirs, "--reference", "headroom", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    per = {sd: {r["policy"]: r for r in rows} for sd, rows in out["seeds"].items()}
+    pooled = {r["policy"]: r for r in out["pooled"]}
+    assert per["1"]["cand"]["ttft_p90"] == 1.0 and per["2"]["cand"]["ttft_p90"] == 1.21
+    assert pooled["cand"]["ttft_p90"] == 1.1  # sqrt(1.21): the same cells on both seeds
+    assert pooled["cand"]["cells"] == per["1"]["cand"]["cells"] + per["2"]["cand"]["cells"]
+    assert (
+        pooled["cand"]["attainable"]
+        == per["1"]["cand"]["attainable"] + per["2"]["cand"]["attainable"]
+    )
+    assert all("(seed " in f["workload"] for f in pooled["cand"]["failures"])
+    assert cli(["lab", "versus", *dirs, "--reference", "headroom"]) == 0
+    text = capsys.readouterr().out
+    assert "seed 1:" in text and "seed 2:" in text and "seeds 1, 2 pooled" in text
+    # a seed's runs in two directories are still refused
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "results.json").write_text(
+        (tmp_path / "seed-2" / "results.json").read_text()
+    )
+    assert cli(["lab", "versus", *dirs, str(tmp_path / "copy")]) == 2
+    assert "give each policy one directory" in capsys.readouterr().err
+
+
 def test_lab_versus_merges_suite_directories_and_refuses_a_policy_run_twice(tmp_path, capsys):
     rs = small_results()
     base = [r for r in rs if r["policy"] != "headroom"]
