@@ -547,6 +547,47 @@ HOLDOUT10: tuple = (
     ), rate_rps=7.0), seed=9807, requests=1000, note="documents, multi-turn chat and code"),
 )  # fmt: skip
 
+# session 28: a fresh set for `headroom-learned`'s next candidate (rule 15), so that
+# `holdout10` stays unread for the default's; committed before any candidate ran on it
+HOLDOUT11: tuple = (
+    WorkloadSpec("rag-m", Rag(
+        documents=7, document=LogNormal(32_000, 90_000, 9_000, 115_000), zipf=0.9,
+        docs_per_request=1, system_tokens=640, question=LogNormal(90, 280, 10, 700),
+        output=LogNormal(140, 380, 20, 650), arrival=Arrival("gamma", 1.4, cv=1.6)),
+        seed=9901, requests=500, note="long documents in gamma bursts"),
+    WorkloadSpec("rag-hot-m", Rag(
+        documents=3, document=LogNormal(18_000, 45_000, 6_000, 55_000), zipf=0.75,
+        docs_per_request=1, system_tokens=1024, question=LogNormal(70, 230, 5, 560),
+        output=LogNormal(210, 520, 20, 880), arrival=Arrival("poisson", 1.1)),
+        seed=9902, requests=500, note="three hot documents"),
+    WorkloadSpec("chat-m", Chat(
+        prompt=LogNormal(900, 2300, 300, 3000), output=LogNormal(210, 520, 50, 800),
+        arrival=Arrival("onoff", 18.0, on_s=7.0, off_s=9.0)), seed=9903, requests=1000,
+        note="short chat in on/off bursts"),
+    WorkloadSpec("multiturn-m", MultiTurn(
+        system_prompts=3, system_tokens=1280, turns=4.5, first=LogNormal(550, 1700, 50, 4100),
+        message=LogNormal(130, 440, 10, 1900), output=LogNormal(260, 640, 20, 1050),
+        think_s=18.0, max_context=32768, arrival=Arrival("poisson", 0.9)),
+        seed=9904, requests=1000),
+    WorkloadSpec("agentic-m", Agentic(
+        agents=3, system_tokens=3328, calls=6.5, call_gap_s=0.3,
+        step=LogNormal(280, 1000, 10, 4100), carry=True, output=LogNormal(55, 190, 5, 470),
+        max_context=32768, arrival=Arrival("poisson", 0.9)), seed=9905, requests=1000),
+    WorkloadSpec("code-m", Code(
+        repos=9, zipf=0.85, prompt=LogNormal(3200, 8500, 600, 14_000), share_prob=0.75,
+        shared_fraction=0.5, output=LogNormal(14, 45, 1, 110), arrival=Arrival("gamma", 17.0, cv=1.3)),
+        seed=9906, requests=1000, note="code completion in gamma bursts"),
+    WorkloadSpec("mix-m", Mix(parts=(
+        (0.4, Chat(prompt=LogNormal(750, 2000, 300, 3000), output=LogNormal(230, 540, 50, 800))),
+        (0.3, Agentic(agents=2, system_tokens=2560, calls=6.0, call_gap_s=0.4,
+                      step=LogNormal(260, 950, 10, 3600), carry=True,
+                      output=LogNormal(60, 200, 5, 480), max_context=32768)),
+        (0.3, Rag(documents=4, document=LogNormal(16_000, 42_000, 5_000, 60_000), zipf=0.9,
+                  docs_per_request=1, system_tokens=512, question=LogNormal(60, 200, 5, 500),
+                  output=LogNormal(170, 440, 20, 700))),
+    ), rate_rps=7.5), seed=9907, requests=1000, note="chat, agents and documents"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -566,6 +607,7 @@ SUITES: dict[str, tuple] = {
     "holdout8": HOLDOUT8,
     "holdout9": HOLDOUT9,
     "holdout10": HOLDOUT10,
+    "holdout11": HOLDOUT11,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")
