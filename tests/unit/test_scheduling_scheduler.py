@@ -636,6 +636,40 @@ def test_the_waste_weight_prices_prefill_spent_beyond_the_cheapest_placement():
     assert decide(crowded(), 8.0, hopeless).chosen == decide(crowded(), 0.0, hopeless).chosen
 
 
+def test_the_reprefill_weight_prices_extra_prefill_by_the_protected_decodes_beside_it():
+    """reprefillWeight adds reprefillWeight x protected_i x (service_i - least service): the
+    prefill a pod would spend beyond the cheapest placement stalls each protected decode
+    there. A cold pod with decodes to protect loses the request the decode price had sent
+    it; an idle cold pod (nothing to stall) does not; equal services price nothing; a
+    hopeless request keeps its own cost."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def decide(pods, weight, request=None):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, reprefillWeight=weight)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
+                              rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+
+    def busy(protected):
+        pods = crowded()
+        pods[1].protected = protected
+        return pods
+
+    # cached pod: own 0.05 s + the decode price 12.4 s; cold pod: own 2.0 s + the damage
+    # 0.05 x protected x 2.0 s + reprefillWeight x protected x 1.95 s
+    assert decide(busy(0), 0.0).chosen == 1
+    assert decide(busy(0), 100.0).chosen == 1  # nothing decodes on the cold pod: free copy
+    assert decide(busy(4), 1.0).chosen == 1  # 2.0 + 0.4 + 4 x 1.95 = 10.2 s < 12.5 s
+    assert decide(busy(8), 1.0).chosen == 0  # 2.0 + 0.8 + 8 x 1.95 = 18.4 s > 12.5 s
+    assert decide(busy(8), 0.5).chosen == 1  # 2.0 + 0.8 + 0.5 x 8 x 1.95 = 10.6 s
+    # equal services: nothing to price, the backlog decides as without it
+    even = [P(service=0.5, backlog=0.3, protected=9), P(service=0.5, backlog=0.1, protected=9)]
+    assert decide(even, 100.0).chosen == 1
+    # a hopeless request (its SLO is lost wherever it goes) keeps its own cost
+    hopeless = req(input_tokens=37_000, max_tokens=200, ttft=10)
+    assert decide(busy(8), 1.0, hopeless).chosen == decide(busy(8), 0.0, hopeless).chosen
+
+
 def crowded(share: float | None = 1.0, tpots=(None, None)) -> list[P]:
     """A cached pod whose decode batch reads 2M context tokens (60 decoding) beside an empty
     one where the request would be a cold 2 s prefill (the decode-price tests' fleet)."""

@@ -217,6 +217,10 @@ class LatencyCostScorer(Scorer):
               "second of prefill the pod would spend on it beyond the least over the pods "
               "(service_i - min service: a prompt cached elsewhere, prefilled again here, takes "
               "that much capacity from the requests after it; 0: off)", lo=0.0, hi=100.0),
+        Param("reprefillWeight", float, 0.0, "A request that is not hopeless: seconds of cost "
+              "per second of prefill the pod would spend on it beyond the least over the pods, "
+              "per protected decode there (each of them waits through that extra prefill: a "
+              "prompt cached elsewhere re-prefilled beside decodes; 0: off)", lo=0.0, hi=100.0),
         Param("shortlistWithinS", float, 0.0, "With a shortlist, only the shortlisted pods "
               "whose estimated cost is within this many seconds of the least: a near tie "
               "for the cost model's bookkeeping is what the predictions break; a clear "
@@ -240,6 +244,7 @@ class LatencyCostScorer(Scorer):
         self.shortlist: int = params["shortlist"]
         self.shortlist_within_s: float = params["shortlistWithinS"]
         self.waste_w: float = params["wasteWeight"]
+        self.reprefill_w: float = params["reprefillWeight"]
         self.decode_w: float = params["decodeWeight"]
         self.decode_free: float = params["decodeFree"]
         self.decode_slack: float = params["decodeSlack"]
@@ -368,12 +373,15 @@ class LatencyCostScorer(Scorer):
                 o + w * p.candidate.protected_decodes * p.service_s
                 for p, o in zip(pods, own, strict=True)
             ]
-            if self.waste_w > 0.0:
+            if self.waste_w > 0.0 or self.reprefill_w > 0.0:
                 # the prefill spent here beyond the cheapest placement is capacity the
-                # requests after it lose
+                # requests after it lose (waste) and a stall of every protected decode beside
+                # it (reprefill)
                 least = min(p.service_s for p in pods)
                 costs = [
-                    c + self.waste_w * (p.service_s - least)
+                    c
+                    + (self.waste_w + self.reprefill_w * p.candidate.protected_decodes)
+                    * (p.service_s - least)
                     for c, p in zip(costs, pods, strict=True)
                 ]
         if self.decode_w > 0.0 and (self.hopeless_decode or not hopeless):
