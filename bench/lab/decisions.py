@@ -5,7 +5,11 @@
 prints one JSON line per routed request: its index, arrival and routing time, prompt tokens,
 the time it waited in the gateway's queue, its realised TTFT, the chosen pod, the scorer's
 notes and, per candidate pod, ``[name, backlog_s, service_s, protected_decodes, score]``
-(the pod view's estimates at the decision). This is how session 10 found that rag-a's loss
+(the pod view's estimates at the decision); per pod also its context in flight
+(``context_tokens``) and KV use (``kv_usage``); and what the profile had learned by then
+(``learned``: its latency-cost-scorer's damage weight, the pod view's budget share and
+typical answer, the median learned decode slope over the pods). ``--timeline BINS`` prints
+that log binned by decision order instead (bench/lab/state.py). This is how session 10 found that rag-a's loss
 was a cold start of the cost model, not the flow-control gate (docs/benchmarks.md).
 
 With ``--oracle`` each candidate also carries the noise-blind oracle's TTFT there (ms from
@@ -22,9 +26,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from bench.lab.config import LabConfig
 from bench.lab.run import run_lab
+from bench.lab.state import table, timeline
 from bench.lab.suite_run import rate_scale, read_workloads
+from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 
 
 def cell_config(
@@ -61,6 +69,18 @@ def regret_ms(shadow: list[float | None], chosen: int | None) -> float | None:
     return round(shadow[chosen] - min(ok), 3)
 
 
+def _learned(scheduler, candidates) -> dict:
+    """What the profile had learned at a decision (the module docstring's ``learned``)."""
+    scorers = [p for p in scheduler.plugins if isinstance(p, LatencyCostScorer)]
+    c = candidates[0]  # the pod view publishes these for every candidate alike
+    return {
+        "damage_weight": round(scorers[0].damage_weight(), 5) if scorers else None,
+        "budget_share": None if c.budget_share is None else round(c.budget_share, 5),
+        "typical_output_tokens": c.typical_output_tokens,
+        "decode_s_per_token": float(np.median([x.decode_s_per_token for x in candidates])),
+    }
+
+
 def decision_log(
     config: LabConfig, first: int = 0, last: int | None = None, *, oracle: bool = False
 ) -> list[dict]:
@@ -88,6 +108,10 @@ def decision_log(
         }  # fmt: skip
         if oracle:
             out[i]["regret_ms"] = regret_ms(shadow, chosen)
+        cands = rows.candidates
+        out[i]["context_tokens"] = [c.context_tokens for c in cands]
+        out[i]["kv_usage"] = [round(c.load.kv_usage, 4) for c in cands]
+        out[i]["learned"] = _learned(p.prep.scheduler, cands)
 
     records: list = []
     run_lab(config, records_out=records, on_decision=on_decision, shadow_oracle=oracle)
@@ -115,6 +139,10 @@ def run_decisions_cli(argv: list[str]) -> int:
     p.add_argument("--pods", type=int, default=8)
     p.add_argument("--slo", action="store_true", help="send the workload's SLO headers")
     p.add_argument("--profiles", dest="profiles_path", help="scheduling profiles YAML")
+    p.add_argument("--client-max-tokens", type=int, help="clients send this max_tokens (as "
+                   "`lab compare --client-max-tokens`; default: each answer's length)")  # fmt: skip
+    p.add_argument("--timeline", type=int, metavar="BINS", help="print the log binned by "
+                   "decision order (JSON, then a table) instead of its lines")  # fmt: skip
     p.add_argument("--from", dest="first", type=int, default=0, help="first request index")
     p.add_argument("--to", dest="last", type=int, help="last request index (exclusive)")
     p.add_argument(
@@ -125,13 +153,20 @@ def run_decisions_cli(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     base = LabConfig(trace="-", pods=args.pods, streaming=True, seed=args.seed,
-                     regret_samples=0, profiles_path=args.profiles_path)  # fmt: skip
+                     regret_samples=0, profiles_path=args.profiles_path,
+                     client_max_tokens=args.client_max_tokens)  # fmt: skip
     try:
         cfg = cell_config(Path(args.dir), args.workload, args.load, base, slo=args.slo)
     except (OSError, ValueError) as e:
         print(f"headroom lab decisions: {e}", file=sys.stderr)
         return 2
     cfg = replace(cfg, policy=args.policy)
-    for d in decision_log(cfg, args.first, args.last, oracle=args.oracle):
+    log = decision_log(cfg, args.first, args.last, oracle=args.oracle)
+    if args.timeline:
+        bins = timeline(log, args.timeline)
+        print(json.dumps(bins))
+        print(table(bins))
+        return 0
+    for d in log:
         print(json.dumps(d))
     return 0

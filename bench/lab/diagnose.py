@@ -9,9 +9,6 @@ Two generators (reproducible by seed, parameters in the report):
   sessions whose turns repeat the previous turn (default: ~64% of 512-token blocks are
   repeats, prompts mean ~15k / p90 ~39k, outputs mean ~149).
 
-``python -m bench.lab.diagnose state`` reports what the cost scorer and the pod view had
-learned at each decision of one suite cell (:mod:`bench.lab.state`).
-
 ``python -m bench.lab.diagnose run --shape chat --n 3000 --loads 1.0 --policies
 headroom,gie-default --out DIR`` writes the trace, runs the lab (the production scheduling
 code, :class:`bench.lab.simulation.LabSimulation`) with a decision hook and prints, per
@@ -348,34 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--slo-ttft-ms", type=float)
     rn.add_argument("--slo-tpot-ms", type=float)
     rn.add_argument("--profiles", dest="profiles_path")
-    sa = sub.add_parser("state", help="what the cost scorer and the pod view had learned at "
-                        "each decision of one suite cell (bench/lab/state.py)")  # fmt: skip
-    sa.add_argument("--suite", required=True)
-    sa.add_argument("--workload", required=True)
-    sa.add_argument("--load", type=float, default=1.0)
-    sa.add_argument("--policy", default="headroom")
-    sa.add_argument("--profiles", dest="profiles_path")
-    sa.add_argument("--client-max-tokens", type=int)
-    sa.add_argument("--seed", type=int, default=0)
-    sa.add_argument("--pods", type=int, default=8)
-    sa.add_argument("--bins", type=int, default=10)
-    sa.add_argument("--out", help="also write the result as JSON here")
     args = ap.parse_args(argv)
     if args.cmd == "stats":
         print(json.dumps(trace_stats(args.trace), indent=1))
-        return 0
-    if args.cmd == "state":
-        from bench.lab.state import run_state, table
-
-        result = run_state(args.suite, args.workload, args.load, args.policy,
-                           profiles_path=args.profiles_path,
-                           client_max_tokens=args.client_max_tokens, seed=args.seed,
-                           pods=args.pods, bins=args.bins)  # fmt: skip
-        if args.out:
-            Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        summary = {k: v for k, v in result.items() if k != "timeline"}
-        print(json.dumps(summary))
-        print(table(result))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
