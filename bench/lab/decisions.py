@@ -9,8 +9,9 @@ notes and, per candidate pod, ``[name, backlog_s, service_s, protected_decodes, 
 (``context_tokens``) and KV use (``kv_usage``); and what the profile had learned by then
 (``learned``: its latency-cost-scorer's damage weight, the pod view's budget share and
 typical answer, the median learned decode slope over the pods). ``--timeline BINS`` prints
-that log binned by decision order instead (bench/lab/state.py). This is how session 10 found that rag-a's loss
-was a cold start of the cost model, not the flow-control gate (docs/benchmarks.md).
+that log binned by decision order instead (bench/lab/state.py). This is how session 10
+found that rag-a's loss was a cold start of the cost model, not the flow-control gate, and
+session 29 when the decode price's copies happen (docs/benchmarks.md).
 
 With ``--oracle`` each candidate also carries the noise-blind oracle's TTFT there (ms from
 the decision: the pod forked, bench/lab/oracle.py) and each line the decision's ``regret_ms``

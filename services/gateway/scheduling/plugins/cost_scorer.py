@@ -8,12 +8,15 @@ time. Per candidate pod ``i``:
     own_i    = backlog_i + service_i          (seconds; the pod view's cost model)
                or the predicted TTFT, with latency: predicted and predictions present
     cost_i   = own_i + damageWeight x protected_i x service_i
-               (+ wasteWeight x (service_i - min service), when set)
+               (+ (wasteWeight + reprefillWeight x protected_i) x (service_i - min service),
+                when set)
 
 ``wasteWeight`` (off by default) prices the prefill a pod would spend on the request beyond the
 cheapest placement's: a prompt whose prefix another pod holds is prefilled again here, and at
 full load those seconds of capacity are taken from the requests after it (on a mixed pool a
-slower class's extra seconds count too).
+slower class's extra seconds count too). ``reprefillWeight`` (off by default) prices the same
+extra prefill once per protected decode on the pod, each of which it stalls, so a copy made on
+a pod with nothing to protect is free (rule 17, docs/benchmarks.md "Session 29").
 
 ``protected_i`` counts the requests on the pod that will decode while this prefill runs and
 are still worth protecting: decoding ones that met their TTFT SLO (or had none) and queued
