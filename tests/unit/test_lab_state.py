@@ -12,6 +12,7 @@ from bench.lab.decisions import decision_log
 from bench.lab.state import REPREFILL_S, table, timeline
 from bench.lab.suite import suite
 from bench.lab.suite_run import materialise, prepare, rate_scale
+from services.gateway.scheduling.cost_model import DECODE_PRIOR_S_PER_TOKEN
 
 
 def line(i: int, extra: float, w: float | None = 0.1, share: float | None = None) -> dict:
@@ -70,7 +71,10 @@ def test_the_log_carries_the_learned_damage_weight_and_budget_share(tmp_path):
     assert exact[0]["learned"]["budget_share"] is None
     shares = [d["learned"]["budget_share"] for d in exact if d["learned"]["budget_share"]]
     assert shares and all(s == pytest.approx(1.0) for s in shares)
-    assert all(d["learned"]["decode_s_per_token"] > 0 for d in exact)  # the prior at least
+    # the decode slope: the prior before any answer has finished, learned (>= 0) after
+    first = min(exact, key=lambda d: d["routed_s"])
+    assert first["learned"]["decode_s_per_token"] == pytest.approx(DECODE_PRIOR_S_PER_TOKEN)
+    assert all(d["learned"]["decode_s_per_token"] >= 0 for d in exact)
     # under fixed 4096-token budgets the answers use a small share of them
     capped = decision_log(smoke(tmp_path / "c", "smoke-agentic", 0.3, "headroom",
                                 client_max_tokens=4096))  # fmt: skip
