@@ -27,11 +27,13 @@ def _median(values) -> float | None:
     return float(np.median(known)) if known else None
 
 
-def _extra_service_s(line: dict) -> float:
-    """The chosen pod's own prefill estimate beyond the least over the pods (seconds)."""
+def _service_gaps(line: dict) -> tuple[float, float]:
+    """(the spread of the request's own prefill estimate over the pods, the chosen pod's
+    beyond the least), seconds."""
     service = [p[2] for p in line["pods"]]
     chosen = [p[0] for p in line["pods"]].index(line["chosen"])
-    return service[chosen] - min(service)
+    least = min(service)
+    return max(service) - least, service[chosen] - least
 
 
 def timeline(lines: list[dict], bins: int) -> list[dict]:
@@ -46,10 +48,9 @@ def timeline(lines: list[dict], bins: int) -> list[dict]:
     out = []
     for b in range(bins):
         part = lines[b * n // bins : (b + 1) * n // bins]
-        extra = [_extra_service_s(d) for d in part]
+        svc, extra = zip(*(_service_gaps(d) for d in part), strict=True)
         learned = [d["learned"] for d in part]
         ctx = [max(d["context_tokens"]) - min(d["context_tokens"]) for d in part]
-        svc = [max(p[2] for p in d["pods"]) - min(p[2] for p in d["pods"]) for d in part]
         out.append(
             {
                 "decisions": [b * n // bins, (b + 1) * n // bins],
