@@ -670,6 +670,40 @@ def test_the_reprefill_weight_prices_extra_prefill_by_the_protected_decodes_besi
     assert decide(busy(8), 1.0, hopeless).chosen == decide(busy(8), 0.0, hopeless).chosen
 
 
+def test_max_copy_s_bounds_the_re_prefill_the_prices_may_buy():
+    """maxCopyS: a pod where both the prefill beyond the least (a prompt cached elsewhere,
+    prefilled again) and the own TTFT given up exceed it ranks after the others by own TTFT.
+    rag-j's case (holdout8, session 29): a question over a 106k-token document that two pods
+    hold with no queue was sent to prefill it again for 17 s by the decode price. A re-prefill
+    the holders' queue pays for (own TTFT no worse) stays allowed; so does a pod slower by its
+    queue alone (equal services: nothing is re-prefilled); off (0) it changes nothing; a
+    hopeless request keeps its own bounds."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    def decide(pods, bound, request=None):
+        sc = LatencyCostScorer.create(decodeWeight=1.0, maxCopyS=bound)
+        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+        return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
+                              rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+
+    # cached pod: own 0.05 s + the decode price 12.4 s; cold pod: own 2.0 s, 1.95 s of re-prefill
+    assert decide(crowded(), 0.0).chosen == 1
+    assert decide(crowded(), 2.0).chosen == 1  # within the bound: the copy stands
+    assert decide(crowded(), 1.0).ranked == [0, 1]  # 1.95 s bought by the price alone
+    # the cached pod queues 3 s: the copy costs no own TTFT (2.0 < 3.05 s), so it stays
+    queued = crowded()
+    queued[0].backlog = 3.0
+    assert decide(queued, 1.0).chosen == 1
+    # equal services, the slower pod by its queue only: nothing re-prefilled, nothing bounded
+    # (the idle pod's damage price, 0.05 x 400 x 0.5 s, makes the queued one the choice)
+    even = [P(service=0.5, backlog=3.0, protected=0), P(service=0.5, backlog=0.0, protected=400)]
+    assert decide(even, 0.0).chosen == 0
+    assert decide(even, 0.1).chosen == 0
+    # a hopeless request (its SLO is lost wherever it goes) keeps its own cost
+    hopeless = req(input_tokens=37_000, max_tokens=200, ttft=10)
+    assert decide(crowded(), 1.0, hopeless).chosen == decide(crowded(), 0.0, hopeless).chosen
+
+
 def crowded(share: float | None = 1.0, tpots=(None, None)) -> list[P]:
     """A cached pod whose decode batch reads 2M context tokens (60 decoding) beside an empty
     one where the request would be a cold 2 s prefill (the decode-price tests' fleet)."""

@@ -33,6 +33,10 @@ request waits at most that multiple of, or that many seconds beyond, what the fa
 give it and no pod becomes a sink of ever longer waits. Likewise ``maxOwnDelayS`` (when set)
 ranks the pods where ``own_i > min own + maxOwnDelayS`` after the others for a request that is
 not hopeless: what the damage and decode prices may cost its own TTFT is bounded.
+``maxCopyS`` (when set) bounds only the part of it that is a re-prefill: a pod where both
+``service_i - min service`` and ``own_i - min own`` exceed it ranks after the others by own
+TTFT (rule 18, docs/benchmarks.md "Session 30"), so the prices cannot send a question about a
+document that another pod holds, with no queue, to prefill the document again for seconds.
 
 With ``decodeWeight`` > 0 every cost also carries the decode time the request would lose on a
 pod whose decode batch reads more context than the fleet's (``k_i``: decode seconds per step
@@ -138,8 +142,14 @@ def _within(costs: list[float], own: list[float], bound: float) -> list[float]:
     within it, by own TTFT (the pod of least own TTFT is always within, even when a
     ``hopelessMaxDelay`` below 1 puts the bound under it)."""
     bound = max(bound, min(own))
-    top = max(c for c, o in zip(costs, own, strict=True) if o <= bound)
-    return [c if o <= bound else top + 1.0 + o for c, o in zip(costs, own, strict=True)]
+    return _kept_first(costs, own, [o <= bound for o in own])
+
+
+def _kept_first(costs: list[float], own: list[float], keep: list[bool]) -> list[float]:
+    """The costs with every pod not kept ranked after every kept one, by own TTFT (at least
+    one pod is kept)."""
+    top = max(c for c, k in zip(costs, keep, strict=True) if k)
+    return [c if k else top + 1.0 + o for c, o, k in zip(costs, own, keep, strict=True)]
 
 
 def _best_tpot_s(cycle: CycleState, pods: list[PodState]) -> float | None:
@@ -224,6 +234,12 @@ class LatencyCostScorer(Scorer):
               "per second of prefill the pod would spend on it beyond the least over the pods, "
               "per protected decode there (each of them waits through that extra prefill: a "
               "prompt cached elsewhere re-prefilled beside decodes; 0: off)", lo=0.0, hi=100.0),
+        Param("maxCopyS", float, 0.0, "A request that is not hopeless goes only to pods "
+              "where the prefill beyond the least over the pods (service_i - min service: a "
+              "prompt cached elsewhere, prefilled again) or its own TTFT beyond its least is "
+              "at most this many seconds (the others rank after them by own TTFT): the "
+              "damage and decode prices may not buy a longer re-prefill (0: no bound)",
+              lo=0.0, hi=100_000.0),
         Param("shortlistWithinS", float, 0.0, "With a shortlist, only the shortlisted pods "
               "whose estimated cost is within this many seconds of the least: a near tie "
               "for the cost model's bookkeeping is what the predictions break; a clear "
@@ -248,6 +264,7 @@ class LatencyCostScorer(Scorer):
         self.shortlist_within_s: float = params["shortlistWithinS"]
         self.waste_w: float = params["wasteWeight"]
         self.reprefill_w: float = params["reprefillWeight"]
+        self.max_copy_s: float = params["maxCopyS"]
         self.decode_w: float = params["decodeWeight"]
         self.decode_free: float = params["decodeFree"]
         self.decode_slack: float = params["decodeSlack"]
@@ -410,5 +427,14 @@ class LatencyCostScorer(Scorer):
         if self.max_own_delay_s > 0 and not hopeless:
             # what the damage and decode prices may cost the request's own TTFT is bounded
             costs = _within(costs, own, min(own) + self.max_own_delay_s)
+        if self.max_copy_s > 0 and not hopeless:
+            # the prices may not buy a re-prefill longer than max_copy_s: a pod where both
+            # the extra prefill and the own TTFT given up exceed it ranks after the others
+            least, best = min(p.service_s for p in pods), min(own)
+            keep = [
+                min(p.service_s - least, o - best) <= self.max_copy_s
+                for p, o in zip(pods, own, strict=True)
+            ]
+            costs = _kept_first(costs, own, keep)
         cycle.notes[self.name] = "hopeless" if hopeless else "normal"
         return costs
