@@ -588,6 +588,47 @@ HOLDOUT11: tuple = (
     ), rate_rps=7.5), seed=9907, requests=1000, note="chat, agents and documents"),
 )  # fmt: skip
 
+# session 30: a fresh set for the default profile's next candidate (holdout10 was read for
+# rule 18, `maxCopyS`; holdout11 stays unread for `headroom-learned`'s); committed before any
+# candidate ran on it
+HOLDOUT12: tuple = (
+    WorkloadSpec("rag-n", Rag(
+        documents=6, document=LogNormal(35_000, 95_000, 12_000, 120_000), zipf=1.0,
+        docs_per_request=1, system_tokens=448, question=LogNormal(100, 300, 10, 720),
+        output=LogNormal(130, 360, 20, 620), arrival=Arrival("poisson", 1.3)),
+        seed=10001, requests=500, note="long documents"),
+    WorkloadSpec("rag-hot-n", Rag(
+        documents=5, document=LogNormal(12_000, 32_000, 4_000, 42_000), zipf=0.8,
+        docs_per_request=1, system_tokens=896, question=LogNormal(50, 180, 5, 440),
+        output=LogNormal(200, 500, 20, 820), arrival=Arrival("gamma", 1.3, cv=1.8)),
+        seed=10002, requests=500, note="five hot documents in gamma bursts"),
+    WorkloadSpec("chat-n", Chat(
+        prompt=LogNormal(1000, 2400, 300, 3000), output=LogNormal(240, 520, 50, 800),
+        arrival=Arrival("gamma", 17.0, cv=2.2)), seed=10003, requests=1000,
+        note="short chat in gamma bursts"),
+    WorkloadSpec("multiturn-n", MultiTurn(
+        system_prompts=4, system_tokens=896, turns=4.0, first=LogNormal(650, 1900, 50, 4000),
+        message=LogNormal(110, 400, 10, 1700), output=LogNormal(240, 600, 20, 1000),
+        think_s=20.0, max_context=32768, arrival=Arrival("onoff", 1.1, on_s=8.0, off_s=6.0)),
+        seed=10004, requests=1000, note="sessions starting in on/off bursts"),
+    WorkloadSpec("agentic-n", Agentic(
+        agents=5, system_tokens=2304, calls=5.0, call_gap_s=0.45,
+        step=LogNormal(230, 900, 10, 3700), carry=True, output=LogNormal(70, 220, 5, 500),
+        max_context=32768, arrival=Arrival("poisson", 1.1)), seed=10005, requests=1000),
+    WorkloadSpec("code-n", Code(
+        repos=8, zipf=0.9, prompt=LogNormal(2800, 7600, 500, 13_000), share_prob=0.65,
+        shared_fraction=0.6, output=LogNormal(20, 60, 1, 130), arrival=Arrival("poisson", 19.0)),
+        seed=10006, requests=1000),
+    WorkloadSpec("mix-n", Mix(parts=(
+        (0.35, Rag(documents=6, document=LogNormal(24_000, 70_000, 8_000, 90_000), zipf=0.9,
+                   docs_per_request=1, system_tokens=512, question=LogNormal(80, 240, 5, 560),
+                   output=LogNormal(150, 400, 20, 680))),
+        (0.35, Chat(prompt=LogNormal(850, 2200, 300, 3000), output=LogNormal(220, 520, 50, 800))),
+        (0.3, Code(repos=5, zipf=0.95, prompt=LogNormal(2600, 7000, 500, 12_000),
+                   share_prob=0.7, shared_fraction=0.55, output=LogNormal(18, 55, 1, 120))),
+    ), rate_rps=7.5), seed=10007, requests=1000, note="documents, chat and code"),
+)  # fmt: skip
+
 SMOKE: tuple = (
     WorkloadSpec("smoke-chat", Chat(arrival=Arrival("poisson", 5.0)), seed=9001, requests=40),
     WorkloadSpec("smoke-agentic", Agentic(system_tokens=1024, calls=4.0, max_context=8192),
@@ -608,6 +649,7 @@ SUITES: dict[str, tuple] = {
     "holdout9": HOLDOUT9,
     "holdout10": HOLDOUT10,
     "holdout11": HOLDOUT11,
+    "holdout12": HOLDOUT12,
     "smoke": SMOKE,
 }
 SPLITS = ("train", "validation")

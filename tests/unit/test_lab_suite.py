@@ -24,6 +24,7 @@ from bench.lab.suite import (
     HOLDOUT9,
     HOLDOUT10,
     HOLDOUT11,
+    HOLDOUT12,
     SMOKE,
     TRAIN,
     VALIDATION,
@@ -153,17 +154,17 @@ def test_holdout5_is_disjoint_from_every_earlier_set():
 
 # every set in the order it was added; a fresh set is disjoint from all before it
 ORDERED_SETS = (TRAIN, VALIDATION, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT5, HOLDOUT6,
-                HOLDOUT7, HOLDOUT8, HOLDOUT9, HOLDOUT10, HOLDOUT11)  # fmt: skip
+                HOLDOUT7, HOLDOUT8, HOLDOUT9, HOLDOUT10, HOLDOUT11, HOLDOUT12)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "fresh_set",
-    [HOLDOUT6, HOLDOUT7, HOLDOUT8, HOLDOUT9, HOLDOUT10, HOLDOUT11],
-    ids=["holdout6", "holdout7", "holdout8", "holdout9", "holdout10", "holdout11"],
+    [HOLDOUT6, HOLDOUT7, HOLDOUT8, HOLDOUT9, HOLDOUT10, HOLDOUT11, HOLDOUT12],
+    ids=["holdout6", "holdout7", "holdout8", "holdout9", "holdout10", "holdout11", "holdout12"],
 )
 def test_later_holdouts_are_disjoint_from_every_earlier_set(fresh_set):
     """The sixth and seventh holdout sets (session 24; the seventh for the session's second
-    candidate), the eighth (session 25), the ninth (session 26), the tenth (session 27) and the eleventh (session 28) share no seed, name or parameter set with any
+    candidate), the eighth (session 25), the ninth (session 26), the tenth (session 27), the eleventh (session 28) and the twelfth (session 30) share no seed, name or parameter set with any
     earlier set and cover every generated kind of traffic, bursts and hot documents."""
     earlier = ORDERED_SETS[: ORDERED_SETS.index(fresh_set)]
     fresh = assert_disjoint(fresh_set, *earlier)
