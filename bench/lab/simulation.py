@@ -97,6 +97,7 @@ class _Pending:
     pod: SimPod | None = None  # chosen pod
     chosen: int | None = None  # its candidate index
     waiter: Waiter | None = None  # its place in the flow-control queue, if any
+    added: list[int] | None = None  # prefix blocks its dispatch newly recorded on its pod
     # with shadow_oracle: per candidate, the noise-blind oracle's TTFT from the decision (ms)
     shadow_ms: list[float | None] | None = None
 
@@ -472,7 +473,7 @@ class LabSimulation:
         p.chosen = i
         rec.pod = p.pod.name
         rec.dispatched_s = now
-        routing.on_dispatch(self.view, p.rid, prep, i, now)
+        p.added = routing.on_dispatch(self.view, self.index, p.rid, prep, i, now)
         if p.waiter is not None:
             self.flow.routed(p.waiter)  # type: ignore[union-attr]
         if preds is not None:
@@ -582,12 +583,11 @@ class LabSimulation:
         try:
             pod.engine.submit(p.rid, p.tokens, req.output_tokens, now)
         except ValueError as e:  # the pod answers 400 (prompt too long): no retry
-            self.view.on_finish(p.rid)
+            routing.on_refused(self.view, self.index, p.rid, p.prep, i, p.added or [])
             rec.status, rec.error = FAILED, str(e)
             return
         if regret is not None:
             regret.on_submit(pod.index, p.rid, p.tokens, req.output_tokens, now)
-        routing.on_accepted(self.index, p.prep, i)
         row = p.prep.rows.rows[i]
         learner = self.learner
         if p.preds is not None:

@@ -57,7 +57,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RoutedPod:
-    index: int  # position among the cycle's candidates (routing.on_dispatch / on_accepted)
+    index: int  # position among the cycle's candidates (routing.on_dispatch / on_refused)
     candidate: Candidate
     row: list[float]  # the exact feature row built for this pod
     prefix_score: float

@@ -163,7 +163,9 @@ async def _dispatch(
     life.stage = FIRST_TOKEN
     for n, routed in enumerate(attempts):
         pod = routed.candidate
-        routing.on_dispatch(gw.view, request_id, decision.prepared, routed.index, gw.clock())
+        added = routing.on_dispatch(
+            gw.view, gw.index, request_id, decision.prepared, routed.index, gw.clock()
+        )
         url = pod.url.rstrip("/") + endpoint
         span = None
         attempt_headers = headers
@@ -184,7 +186,9 @@ async def _dispatch(
                 reply = await fetch_reply(gw.pod_client, pod.url, endpoint, body, attempt_headers)
         except PodFailure as e:
             tracing.end_pod_call(span, error=e.reason)
-            gw.view.on_finish(request_id)
+            routing.on_refused(
+                gw.view, gw.index, request_id, decision.prepared, routed.index, added
+            )
             gw.pod_failed(pod.name, e.reason)
             log.warning("pod %s failed before the first byte: %s", pod.name, e,
                         extra={"request_id": request_id, "pod": pod.name})  # fmt: skip
@@ -194,7 +198,9 @@ async def _dispatch(
             continue
         except PodRejected as e:
             tracing.end_pod_call(span, status=e.status)
-            gw.view.on_finish(request_id)
+            routing.on_refused(
+                gw.view, gw.index, request_id, decision.prepared, routed.index, added
+            )
             life.finish()
             gw.metrics.failed.labels("pod_rejected").inc()
             gw.metrics.requests.labels(endpoint, str(e.status)).inc()
@@ -205,7 +211,6 @@ async def _dispatch(
             tracing.end_pod_call(span, error="cancelled")
             gw.view.on_finish(request_id)
             raise
-        routing.on_accepted(gw.index, decision.prepared, routed.index)
         gw.outliers.succeeded(pod.name)
         life.stage = STREAMING if parsed.stream else GENERATING
         ex = _Exchange(gw, parsed, decision, routed, life, stream, t0, span, caller)

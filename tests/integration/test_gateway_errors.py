@@ -81,6 +81,11 @@ async def test_error_before_first_byte_is_retried_on_the_next_pod(isolated, stre
         status, h, _ = await (st.stream if stream else st.post)(CMPL, body)
         assert status == 200 and h["x-headroom-pod"] == "pod-0"  # ranking as intended
 
+        # a long prompt no pod has seen: the prefix index records its blocks on pod-0 when
+        # it is sent there, and forgets them when pod-0 fails before its first byte; pod-1,
+        # which served it, holds them
+        held = {p: st.gw.index.blocks(p) for p in ("pod-0", "pod-1")}
+        body = {**body, "prompt": "a prompt no pod has seen before " * 60}
         await st.fault("pod-0", mode="error", count=1, status=503)
         status, h, out = await (st.stream if stream else st.post)(CMPL, body)
         assert status == 200 and h["x-headroom-pod"] == "pod-1"
@@ -88,6 +93,8 @@ async def test_error_before_first_byte_is_retried_on_the_next_pod(isolated, stre
             assert out[-1] == "[DONE]"
         else:
             assert out["usage"]["completion_tokens"] == 3
+        assert st.gw.index.blocks("pod-0") == held["pod-0"]
+        assert st.gw.index.blocks("pod-1") > held["pod-1"]
 
         m = await st.metrics()
         assert sum(v for (n, _), v in m.items() if n == "headroom_gateway_retries_total") == 1

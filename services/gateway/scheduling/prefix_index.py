@@ -5,7 +5,11 @@ hash covers its parent's), so a block hash identifies the whole prefix up to tha
 routing, the chosen pod's block hashes are inserted into that pod's LRU (bounded by
 ``capacity_blocks``); the score of a pod for a new prompt is the fraction of the prompt's
 blocks, counted from the start, that the pod has seen. The index is approximate: it does not
-know what the pod actually evicted.
+know what the pod actually evicted. Blocks are recorded when the request is sent (as the
+Inference Extension's prefix plugin records them in ``PreRequest``), not when the pod answers:
+a request for the same prefix routed while the first is still prefilling it goes where the
+prefix will be; blocks a pod never got (it failed or refused the request before its first byte)
+are forgotten again.
 
 With ``auto_capacity`` (the default, like the Inference Extension's ``autoTune``) a pod that
 reports its KV-cache capacity (``PodRecord.kv_capacity_tokens``, from vLLM's
@@ -64,20 +68,32 @@ class PrefixIndex:
     def scores(self, pods: Iterable[str], hashes: Sequence[int]) -> list[float]:
         return [self.score(p, hashes) for p in pods]
 
-    def insert(self, pod: str, hashes: Sequence[int]) -> None:
+    def insert(self, pod: str, hashes: Sequence[int]) -> list[int]:
         """Record that ``pod`` now holds these blocks (most recently used); evict the least
-        recently used blocks beyond the capacity."""
+        recently used blocks beyond the capacity. Returns the blocks it did not hold before
+        (what :meth:`forget` takes back when the pod never got them)."""
         if not hashes:
-            return
+            return []
         lru = self._pods.setdefault(pod, OrderedDict())
+        added = []
         for h in hashes:
             if h in lru:
                 lru.move_to_end(h)
             else:
                 lru[h] = None
+                added.append(h)
         cap = self._capacity.get(pod, self.capacity_blocks)
         while len(lru) > cap:
             lru.popitem(last=False)
+        return added
+
+    def forget(self, pod: str, hashes: Sequence[int]) -> None:
+        """``pod`` does not hold these blocks after all (recorded by :meth:`insert` for a
+        request the pod failed or refused before taking it)."""
+        lru = self._pods.get(pod)
+        if lru:
+            for h in hashes:
+                lru.pop(h, None)
 
     def blocks(self, pod: str) -> int:
         return len(self._pods.get(pod, ()))

@@ -9,10 +9,13 @@ routing lab (bench/lab), so both route a request exactly the same way.
    lab in process), then re-reads the loads with :func:`refresh` (other requests were
    dispatched meanwhile);
 3. :func:`decide` — run the profile (:meth:`Scheduler.schedule`);
-4. :func:`on_dispatch` when the request is sent to a ranked pod (in-flight accounting with
-   the pod's uncached prompt tokens) and :func:`on_accepted` once the pod took it (the prefix
-   index learns the pod now holds the prompt's blocks). The pod view's ``on_first_token`` and
-   ``on_finish`` close the request.
+4. :func:`on_dispatch` when the request is sent to a ranked pod: in-flight accounting with
+   the pod's uncached prompt tokens, and the prefix index learns the pod holds the prompt's
+   blocks from now on (as the Inference Extension's prefix plugin does in ``PreRequest``: a
+   request for the same prefix routed while this one is on its way or prefilling sees where
+   the prefix is going, instead of prefilling it again elsewhere); :func:`on_refused` when
+   the pod failed or refused it before its first byte (those blocks are forgotten again).
+   The pod view's ``on_first_token`` and ``on_finish`` close the request.
 
 Pure: no I/O, no clock (``now`` and ``rng`` are passed in).
 """
@@ -73,7 +76,7 @@ def prepare(
     """Build the cycle's inputs for a prompt of ``tokens`` over ``candidates`` (non-empty).
 
     ``priority`` None takes the model objective's priority from ``config``; the prefix
-    blocks are hashed here (unless ``hashes`` already are) and reused by :func:`on_accepted`;
+    blocks are hashed here (unless ``hashes`` already are) and reused by :func:`on_dispatch`;
     ``cost`` (the pod view's cost model) adds each pod's estimated prefill seconds;
     ``queued_s`` is the time the request already waited in the gateway's queue and
     ``gateway_queued`` how many requests wait there now (a feature column)."""
@@ -173,14 +176,22 @@ def decide(
 
 
 def on_dispatch(
-    view: PodView, request_id: str, prepared: PreparedRequest, i: int, now: float
-) -> None:
-    """The request is being sent to candidate ``i``: count it in flight there."""
+    view: PodView,
+    index: PrefixIndex,
+    request_id: str,
+    prepared: PreparedRequest,
+    i: int,
+    now: float,
+) -> list[int]:
+    """The request is being sent to candidate ``i``: count it in flight there, and record
+    that the pod holds the prompt's prefix blocks from now on. Returns the blocks newly
+    recorded (for :func:`on_refused`)."""
     req = prepared.request
+    pod = prepared.rows.candidates[i].name
     uncached = prepared.rows.uncached_tokens(i, req.input_tokens)
     view.on_dispatch(
         request_id,
-        prepared.rows.candidates[i].name,
+        pod,
         uncached,
         req.max_tokens,
         now,
@@ -188,8 +199,19 @@ def on_dispatch(
         cached_tokens=req.input_tokens - uncached,
         ttft_slo_ms=req.slo_ttft_ms,
     )
+    return index.insert(pod, req.prefix_hashes)
 
 
-def on_accepted(index: PrefixIndex, prepared: PreparedRequest, i: int) -> None:
-    """Candidate ``i`` accepted the request: it now holds the prompt's prefix blocks."""
-    index.insert(prepared.rows.candidates[i].name, prepared.request.prefix_hashes)
+def on_refused(
+    view: PodView,
+    index: PrefixIndex,
+    request_id: str,
+    prepared: PreparedRequest,
+    i: int,
+    added: Sequence[int],
+) -> None:
+    """Candidate ``i`` failed or refused the request before its first byte: it is no longer
+    in flight there, and the blocks :func:`on_dispatch` newly recorded (``added``) are not
+    held there after all."""
+    view.on_finish(request_id)
+    index.forget(prepared.rows.candidates[i].name, added)
