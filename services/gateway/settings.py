@@ -69,7 +69,13 @@ class GatewaySettings(CommonSettings):
         description="On SIGTERM: how long running requests may take to finish once the "
         "listener is closed; what runs after that is cut",
     )
-    prefix_block_tokens: int = Field(64, ge=1, description="Tokens per prefix-index block")
+    prefix_block_tokens: int = Field(
+        64,
+        ge=1,
+        description="Tokens per prefix-index block (a prompt's blocks are recorded on its pod "
+        "when the request is sent, as the Inference Extension's prefix plugin does, and "
+        "forgotten if the pod fails it before its first byte)",
+    )
     prefix_index_blocks: int = Field(
         50_000,
         ge=1,
