@@ -611,18 +611,25 @@ def test_the_decode_price_counts_only_the_context_beyond_the_fleets_mean_and_fre
     assert chosen(pods, free_multiple=8.0) == 0  # within 8 x the free context: the cache wins
 
 
+def priced(pods, request=None, **params):
+    """The decision of a latency-cost-scorer with the decode price (weight 1) and ``params``
+    for a 37k-token prompt with 200 tokens to generate (or ``request``) over ``pods``."""
+    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
+
+    sc = LatencyCostScorer.create(decodeWeight=1.0, **params)
+    sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
+    return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
+                          rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+
+
 def test_the_waste_weight_prices_prefill_spent_beyond_the_cheapest_placement():
     """wasteWeight adds wasteWeight x (service_i - least service) to a pod's cost: a cached
     prompt sent to a cold pod spends capacity there that the requests after it lose. It moves
     a decision the decode price had sent away; equal services (no cache anywhere) price
     nothing; a hopeless request is not priced."""
-    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 
     def decide(pods, waste, request=None):
-        sc = LatencyCostScorer.create(decodeWeight=1.0, wasteWeight=waste)
-        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
-        return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
-                              rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+        return priced(pods, request, wasteWeight=waste)
 
     # cached pod: own 0.05 s + the decode price 12.4 s; cold pod: own 2.0 s + nothing
     assert decide(crowded(), 0.0).chosen == 1
@@ -642,13 +649,9 @@ def test_the_reprefill_weight_prices_extra_prefill_by_the_protected_decodes_besi
     there. A cold pod with decodes to protect loses the request the decode price had sent
     it; an idle cold pod (nothing to stall) does not; equal services price nothing; a
     hopeless request keeps its own cost."""
-    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 
     def decide(pods, weight, request=None):
-        sc = LatencyCostScorer.create(decodeWeight=1.0, reprefillWeight=weight)
-        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
-        return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
-                              rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+        return priced(pods, request, reprefillWeight=weight)
 
     def busy(protected):
         pods = crowded()
@@ -678,13 +681,9 @@ def test_max_copy_s_bounds_the_re_prefill_the_prices_may_buy():
     the holders' queue pays for (own TTFT no worse) stays allowed; so does a pod slower by its
     queue alone (equal services: nothing is re-prefilled); off (0) it changes nothing; a
     hopeless request keeps its own bounds."""
-    from services.gateway.scheduling.plugins.cost_scorer import LatencyCostScorer
 
     def decide(pods, bound, request=None):
-        sc = LatencyCostScorer.create(decodeWeight=1.0, maxCopyS=bound)
-        sched = Scheduler("t", [(sc, 1.0), (MaxScorePicker.create(), 1.0)])
-        return sched.schedule(request or req(input_tokens=37_000, max_tokens=200),
-                              rows_of(pods), None, now=0.0, rng=random.Random(0))  # fmt: skip
+        return priced(pods, request, maxCopyS=bound)
 
     # cached pod: own 0.05 s + the decode price 12.4 s; cold pod: own 2.0 s, 1.95 s of re-prefill
     assert decide(crowded(), 0.0).chosen == 1
