@@ -209,7 +209,7 @@ async def _dispatch(
             return
         except BaseException:
             tracing.end_pod_call(span, error="cancelled")
-            gw.view.on_finish(request_id)
+            gw.view.on_finish(request_id)  # the pod got the prompt: its blocks stay recorded
             raise
         gw.outliers.succeeded(pod.name)
         life.stage = STREAMING if parsed.stream else GENERATING
