@@ -37,7 +37,7 @@ import copy
 import heapq
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from bench.lab.learning import OnlineLearner
 from bench.lab.oracle import ORACLE_PATH, InFlight, TtftOracle, oracle_for, routing_profile
@@ -97,7 +97,7 @@ class _Pending:
     pod: SimPod | None = None  # chosen pod
     chosen: int | None = None  # its candidate index
     waiter: Waiter | None = None  # its place in the flow-control queue, if any
-    added: list[int] | None = None  # prefix blocks its dispatch newly recorded on its pod
+    added: list[int] = field(default_factory=list)  # prefix blocks its dispatch newly recorded
     # with shadow_oracle: per candidate, the noise-blind oracle's TTFT from the decision (ms)
     shadow_ms: list[float | None] | None = None
 
@@ -583,7 +583,7 @@ class LabSimulation:
         try:
             pod.engine.submit(p.rid, p.tokens, req.output_tokens, now)
         except ValueError as e:  # the pod answers 400 (prompt too long): no retry
-            routing.on_refused(self.view, self.index, p.rid, p.prep, i, p.added or [])
+            routing.on_refused(self.view, self.index, p.rid, p.prep, i, p.added)
             rec.status, rec.error = FAILED, str(e)
             return
         if regret is not None:
